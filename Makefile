@@ -1,0 +1,65 @@
+# surreal-kube: `make run` runs the main job, `make test` the whole suite, on a fresh machine.
+# Every step reuses what is already there (the venv, Debian packages, the control-plane cache).
+
+SHELL := /bin/bash
+PYTHON_BOOT ?= python3
+VENV := .venv
+PYTHON := $(VENV)/bin/python
+PIP := $(VENV)/bin/pip
+STAMP := $(VENV)/.installed
+# Debian packages: MuJoCo's offscreen renderer (video), podman's Docker API for image builds.
+DEB_PACKAGES := libegl1 libgl1 libosmesa6 podman buildah runc catatonit debootstrap fuse-overlayfs uidmap
+RUN_ROOT ?= $(CURDIR)/runs
+PYTEST_ARGS ?=
+
+.PHONY: install deb run test test-fast lint bench bench-quick clean help
+
+help:
+	@echo "make run     - a small PPO experiment as local processes (installs what it needs)"
+	@echo "make test    - the whole test suite (builds or reuses the control plane)"
+	@echo "make bench   - every benchmark under bench/ (BENCH_ARGS=--quick for a quick run)"
+	@echo "make lint    - ruff and the layering contract"
+
+install: $(STAMP)
+
+$(STAMP): pyproject.toml
+	@test -x $(PYTHON) || $(PYTHON_BOOT) -m venv $(VENV)
+	$(PIP) install -q --upgrade pip setuptools wheel
+	$(PIP) install -q -e '.[dev]'
+	@touch $@
+
+deb:
+	@missing=$$(for p in $(DEB_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \
+	if [ -n "$$missing" ]; then \
+	  echo "installing Debian packages: $$missing"; \
+	  if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
+	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $$missing >/dev/null; \
+	fi
+
+run: install deb
+	MUJOCO_GL=egl $(VENV)/bin/surreal-kube create exp-ppo-ant --local --root $(RUN_ROOT) \
+	  --env gym:Ant-v5 --num-agents 2 --num-evals 1 --max-time 180 --replace
+
+test: install deb controlplane
+	$(PYTHON) -m pytest -q $(PYTEST_ARGS)
+
+test-fast: install
+	$(PYTHON) -m pytest -q -m "not cluster and not learning and not podman and not slow" $(PYTEST_ARGS)
+
+lint: install
+	$(VENV)/bin/ruff check surreal_kube tests bench
+	$(VENV)/bin/lint-imports
+
+bench: install deb
+	@for b in bench/*.py; do \
+	  case $$b in bench/common.py) continue;; esac; \
+	  echo "== $$b"; $(PYTHON) $$b $(BENCH_ARGS) || exit 1; \
+	done
+
+bench-quick:
+	$(MAKE) bench BENCH_ARGS=--quick
+
+clean:
+	rm -rf $(VENV) .pytest_cache .ruff_cache bench/results/*.json
+
+-include tests/cluster/cluster.mk

@@ -1,0 +1,1 @@
+"""The `surreal-kube` command line: one module per verb, registered on one root app."""

@@ -1,0 +1,55 @@
+"""The root `surreal-kube` app and its error boundary.
+
+Errors are converted here, once: a SurrealKubeError becomes one line and its exit code (2 for bad
+input, 1 for a failed operation); anything unexpected becomes one line too, with the traceback only
+when SURREAL_KUBE_DEBUG is set.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import typer
+
+from surreal_kube.cli import config_cmd, create, topology_cmd
+from surreal_kube.cli.output import err
+from surreal_kube.errors import SurrealKubeError
+
+app = typer.Typer(
+    name="surreal-kube",
+    help="Run distributed reinforcement-learning experiments as local processes or as pods.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+app.command()(create.create)
+app.command()(config_cmd.config)
+app.command()(topology_cmd.topology)
+
+
+def run(argv: list[str] | None = None) -> None:
+    """Console-script entry point."""
+    try:
+        app(args=argv, standalone_mode=True)
+    except SurrealKubeError as exc:
+        err.print(f"[bold red]error:[/] {exc}", markup=True, highlight=False)
+        sys.exit(exc.exit_code)
+    except KeyboardInterrupt:
+        err.print("interrupted")
+        sys.exit(130)
+    except Exception as exc:  # the one place unexpected errors are caught
+        if os.environ.get("SURREAL_KUBE_DEBUG"):
+            raise
+        err.print(
+            f"[bold red]error:[/] unexpected {type(exc).__name__}: {exc} "
+            "(set SURREAL_KUBE_DEBUG=1 for the traceback)",
+            markup=True,
+            highlight=False,
+        )
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    run()

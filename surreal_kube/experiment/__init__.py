@@ -1,0 +1,1 @@
+"""The experiment: its spec, its name rules and its process graph (topology)."""

@@ -1,0 +1,62 @@
+"""Kubernetes resource quantities (`500m`, `2`, `512Mi`, `4G`) as numbers.
+
+Placement compares what a component asks for with what a node pool offers, so both sides must be
+read the way the API server reads them.
+"""
+
+from __future__ import annotations
+
+import re
+from decimal import Decimal, InvalidOperation
+
+_SUFFIX = {
+    "": Decimal(1),
+    "m": Decimal("0.001"),
+    "k": Decimal(10) ** 3,
+    "M": Decimal(10) ** 6,
+    "G": Decimal(10) ** 9,
+    "T": Decimal(10) ** 12,
+    "P": Decimal(10) ** 15,
+    "E": Decimal(10) ** 18,
+    "Ki": Decimal(2) ** 10,
+    "Mi": Decimal(2) ** 20,
+    "Gi": Decimal(2) ** 30,
+    "Ti": Decimal(2) ** 40,
+    "Pi": Decimal(2) ** 50,
+    "Ei": Decimal(2) ** 60,
+}
+_QUANTITY = re.compile(
+    r"^([+]?[0-9]+(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?)(|m|k|M|G|T|P|E|Ki|Mi|Gi|Ti|Pi|Ei)$"
+)
+
+
+def parse_quantity(text: str | int | float) -> Decimal:
+    """Value of a Kubernetes quantity; raises ValueError naming the valid forms."""
+    match = _QUANTITY.match(str(text).strip())
+    if not match:
+        raise ValueError(
+            f"{text!r} is not a Kubernetes quantity (examples: 500m, 2, 1.5, 512Mi, 4Gi)"
+        )
+    number, suffix = match.groups()
+    try:
+        return Decimal(number) * _SUFFIX[suffix]
+    except InvalidOperation as exc:  # pragma: no cover - regex guards this
+        raise ValueError(f"{text!r} is not a number") from exc
+
+
+def parse_cpu(text: str | int | float) -> float:
+    """CPU cores as a float (`500m` -> 0.5)."""
+    value = parse_quantity(text)
+    if value <= 0:
+        raise ValueError(f"cpu must be > 0, got {text!r}")
+    return float(value)
+
+
+def parse_memory(text: str | int | float) -> int:
+    """Memory in bytes (`512Mi` -> 536870912)."""
+    value = parse_quantity(text)
+    if value <= 0:
+        raise ValueError(f"memory must be > 0, got {text!r}")
+    if str(text).strip()[-1:] == "m":
+        raise ValueError(f"memory in millibytes makes no sense, got {text!r}; use Mi or Gi")
+    return int(value)

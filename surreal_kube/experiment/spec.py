@@ -1,0 +1,309 @@
+"""The experiment spec: one document, the same shape as the `Experiment` custom resource.
+
+Every backend, the renderer, the operator and every runtime role read this one model, so a field
+exists in exactly one place and its description here is what `--help` and the CRD schema show.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BeforeValidator, Field, field_validator, model_validator
+
+from surreal_kube.rl.config import AlgorithmConfig, PPOConfig
+from surreal_kube.schema import SpecModel
+
+API_VERSION = "surreal.ai/v1alpha1"
+KIND = "Experiment"
+
+COMPONENTS = (
+    "learner",
+    "agent",
+    "eval",
+    "replay",
+    "ps",
+    "tensorplex",
+    "loggerplex",
+    "tensorboard",
+)
+
+
+class EnvSpec(SpecModel):
+    """Which environment agents step, and how it is wrapped."""
+
+    id: str = Field("gym:HalfCheetah-v5", description="`gym:<gymnasium id>`, e.g. gym:Ant-v5")
+    kwargs: dict[str, bool | int | float | str | None] = Field(
+        default_factory=dict, description="keyword arguments passed to gymnasium.make"
+    )
+    max_episode_steps: int | None = Field(
+        None, ge=1, description="truncate episodes after this many steps; null: the env's own"
+    )
+    frame_stack: int = Field(1, ge=1, description="stack this many frames along the channel axis")
+    pixel: bool = Field(False, description="observe rendered pixels (uint8) instead of the state")
+    action_repeat: int = Field(1, ge=1, description="repeat each action this many env steps")
+
+    @field_validator("id")
+    @classmethod
+    def _check_id(cls, value: str) -> str:
+        prefix, sep, name = value.partition(":")
+        if not sep or prefix != "gym" or not name:
+            raise ValueError(
+                f"must look like 'gym:<gymnasium id>' (e.g. gym:Ant-v5), got {value!r}"
+            )
+        return value
+
+
+class AgentsSpec(SpecModel):
+    """Agents step the environment with the newest policy and send experience to replay."""
+
+    count: int = Field(2, ge=1, le=4096, description="number of agents")
+    batch: int = Field(
+        1,
+        ge=1,
+        description="agents that share one process (one pod, one GPU); must divide count",
+    )
+    envs_per_agent: int = Field(1, ge=1, description="environments each agent steps in lockstep")
+    fetch_mode: Literal["episode", "step"] = Field(
+        "step", description="fetch parameters once per episode, or every fetchInterval steps"
+    )
+    fetch_interval: int = Field(100, ge=1, description="steps between fetches (fetchMode=step)")
+    flush_iteration: int = Field(
+        4, ge=1, description="sub-trajectories buffered before one send to replay"
+    )
+    device: Literal["auto", "cpu", "cuda"] = Field("cpu", description="where agents run inference")
+
+    @property
+    def groups(self) -> int:
+        """Number of agent processes (pods): one per batch."""
+        return self.count // self.batch
+
+
+class EvalsSpec(SpecModel):
+    """Evaluators run the policy without exploration noise and report returns."""
+
+    count: int = Field(1, ge=0, le=256, description="number of eval processes")
+    mode: Literal["deterministic", "stochastic"] = Field(
+        "deterministic", description="act with the mean action or sample from the policy"
+    )
+    interval_seconds: float = Field(10.0, gt=0, description="seconds between evaluation runs")
+    episodes: int = Field(1, ge=1, description="episodes per evaluation run")
+    record_video: bool = Field(False, description="record an mp4 of one episode per run")
+
+
+class ReplaySpec(SpecModel):
+    """The replay service: a load balancer in front of N shards."""
+
+    kind: Literal["fifo", "uniform", "prioritized"] = Field(
+        "fifo", description="fifo (on-policy), uniform ring buffer, or prioritized proportional"
+    )
+    shards: int = Field(1, ge=1, le=64, description="replay shards behind the load balancer")
+    capacity: int = Field(
+        4096, ge=1, description="items (sub-trajectories or transitions) held per shard"
+    )
+    start_sampling: int = Field(
+        64, ge=1, description="serve batches only once a shard holds this many items"
+    )
+    alpha: float = Field(0.6, ge=0, description="prioritized: priority exponent")
+    beta: float = Field(0.4, ge=0, le=1, description="prioritized: importance-weight exponent")
+    prefetch: int = Field(4, ge=1, description="batches the learner prefetches in the background")
+
+
+class PSSpec(SpecModel):
+    """The parameter server: N replicas behind one proxy."""
+
+    shards: int = Field(1, ge=1, le=64, description="parameter-server shards behind the proxy")
+    timeout_seconds: float = Field(2.0, gt=0, description="client fetch timeout before rebuild")
+
+
+class CheckpointSpec(SpecModel):
+    """Periodic, atomic learner checkpoints."""
+
+    period: int = Field(100, ge=1, description="learner iterations between checkpoints")
+    min_interval_seconds: float = Field(60.0, ge=0, description="at least this long between saves")
+    keep_history: int = Field(2, ge=0, description="keep the newest N checkpoints")
+    keep_best: int = Field(2, ge=0, description="keep the best N checkpoints by eval return")
+
+
+class MetricsSpec(SpecModel):
+    """How often each role reports to tensorplex."""
+
+    agent_interval_seconds: float = Field(5.0, gt=0, description="agent metric period")
+    learner_interval_seconds: float = Field(2.0, gt=0, description="learner metric period")
+    agent_bin_size: int = Field(8, ge=1, description="agents grouped per TensorBoard bin")
+
+
+class SessionSpec(SpecModel):
+    """Budgets, seeds, checkpoints and metrics of one run."""
+
+    seed: int = Field(0, ge=0, description="base seed; agent i uses seed + i")
+    max_env_steps: int | None = Field(
+        None, ge=1, description="stop once agents stepped this many env steps in total"
+    )
+    max_time_seconds: float | None = Field(None, gt=0, description="stop after this wall time")
+    learner_device: Literal["auto", "cpu", "cuda"] = Field(
+        "auto", description="auto: CUDA when present"
+    )
+    checkpoint: CheckpointSpec = Field(default_factory=CheckpointSpec)
+    metrics: MetricsSpec = Field(default_factory=MetricsSpec)
+
+
+def _quantity_text(value: Any) -> Any:
+    """Quantities may be written as bare numbers (`cpu: 2`); they are kept as text."""
+    return str(value) if isinstance(value, int | float) and not isinstance(value, bool) else value
+
+
+class Resources(SpecModel):
+    """What one process (pod) of a component asks for."""
+
+    cpu: Annotated[str, BeforeValidator(_quantity_text)] = Field(
+        "1", description="CPU request, Kubernetes quantity (e.g. 500m, 2)"
+    )
+    memory: str = Field("2Gi", description="memory request, Kubernetes quantity (e.g. 512Mi)")
+    gpu: int = Field(0, ge=0, le=16, description="nvidia.com/gpu limit")
+
+    @field_validator("cpu")
+    @classmethod
+    def _check_cpu(cls, value: str) -> str:
+        from surreal_kube.experiment.quantity import parse_cpu
+
+        parse_cpu(value)
+        return value
+
+    @field_validator("memory")
+    @classmethod
+    def _check_memory(cls, value: str) -> str:
+        from surreal_kube.experiment.quantity import parse_memory
+
+        parse_memory(value)
+        return value
+
+
+def _default_resources() -> dict[str, Resources]:
+    small = Resources(cpu="250m", memory="512Mi")
+    return {
+        "learner": Resources(cpu="2", memory="4Gi"),
+        "agent": Resources(cpu="1", memory="1Gi"),
+        "eval": Resources(cpu="500m", memory="1Gi"),
+        "replay": Resources(cpu="1", memory="2Gi"),
+        "ps": small,
+        "tensorplex": small,
+        "loggerplex": small,
+        "tensorboard": small,
+    }
+
+
+class ImageBuild(SpecModel):
+    """An image to build: a Dockerfile plus context directories, tagged by content hash."""
+
+    dockerfile: str = Field(description="path to the Dockerfile")
+    context: list[str] = Field(default_factory=lambda: ["."], description="context directories")
+    repository: str = Field(description="repository to tag (and push) the image as")
+
+
+class ImageSpec(SpecModel):
+    """Either a prebuilt image (used as is) or a build."""
+
+    image: str | None = Field(None, description="a prebuilt image reference, used as is")
+    build: ImageBuild | None = Field(None, description="build this image (tag = content hash)")
+
+    @model_validator(mode="after")
+    def _one_of(self) -> ImageSpec:
+        if (self.image is None) == (self.build is None):
+            raise ValueError("set exactly one of 'image' or 'build'")
+        return self
+
+
+def _default_images() -> dict[str, ImageSpec]:
+    return {
+        "cpu": ImageSpec(
+            build=ImageBuild(
+                dockerfile="dockerfiles/runtime-cpu.Dockerfile",
+                context=["."],
+                repository="surreal-kube/runtime-cpu",
+            )
+        ),
+        "gpu": ImageSpec(
+            build=ImageBuild(
+                dockerfile="dockerfiles/runtime-cuda.Dockerfile",
+                context=["."],
+                repository="surreal-kube/runtime-cuda",
+            )
+        ),
+    }
+
+
+class ExperimentSpec(SpecModel):
+    """Everything a researcher decides about one experiment."""
+
+    algorithm: AlgorithmConfig = Field(default_factory=PPOConfig, description="ppo or ddpg")
+    env: EnvSpec = Field(default_factory=EnvSpec)
+    agents: AgentsSpec = Field(default_factory=AgentsSpec)
+    evals: EvalsSpec = Field(default_factory=EvalsSpec)
+    replay: ReplaySpec = Field(default_factory=ReplaySpec)
+    ps: PSSpec = Field(default_factory=PSSpec)
+    session: SessionSpec = Field(default_factory=SessionSpec)
+    resources: dict[str, Resources] = Field(
+        default_factory=_default_resources, description="per component: cpu, memory, gpu"
+    )
+    images: dict[str, ImageSpec] = Field(
+        default_factory=_default_images,
+        description="named images: 'cpu' for CPU components, 'gpu' for components with a GPU",
+    )
+    placement: dict[str, str] = Field(
+        default_factory=dict, description="node pool per component; unset: chosen by fit"
+    )
+
+    @field_validator("resources", "placement")
+    @classmethod
+    def _known_components(cls, value: dict[str, object]) -> dict[str, object]:
+        from surreal_kube.experiment.suggest import did_you_mean
+
+        for key in value:
+            if key not in COMPONENTS:
+                raise ValueError(
+                    f"unknown component {key!r}{did_you_mean(key, COMPONENTS)}; "
+                    f"valid: {', '.join(COMPONENTS)}"
+                )
+        return value
+
+    @model_validator(mode="after")
+    def _check(self) -> ExperimentSpec:
+        if self.agents.count % self.agents.batch:
+            raise ValueError(
+                f"agents.batch: must divide agents.count ({self.agents.count}), got "
+                f"{self.agents.batch}: every agent process (pod) runs the same number of agents"
+            )
+        if self.replay.start_sampling > self.replay.capacity:
+            raise ValueError(
+                f"replay.startSampling: must be <= replay.capacity "
+                f"({self.replay.capacity}), got {self.replay.start_sampling}"
+            )
+        if self.algorithm.name == "ppo" and self.replay.kind != "fifo":
+            raise ValueError(
+                f"replay.kind: ppo is on-policy and needs 'fifo', got {self.replay.kind!r}"
+            )
+        for name in ("cpu", "gpu"):
+            if name not in self.images:
+                raise ValueError(f"images.{name}: is required")
+        return self
+
+    def component_resources(self, component: str) -> Resources:
+        """Resources of a component, the spec's own or the built-in default."""
+        return self.resources.get(component) or _default_resources()[component]
+
+
+class Metadata(SpecModel):
+    """Kubernetes-style metadata: the name is the experiment's identity everywhere."""
+
+    name: str = Field(description="DNS-1035 label; see `surreal-kube config --help`")
+    namespace: str | None = Field(None, description="Kubernetes namespace (cluster backends)")
+    labels: dict[str, str] = Field(default_factory=dict, description="extra labels")
+
+
+class Experiment(SpecModel):
+    """The whole document: `apiVersion`, `kind`, `metadata`, `spec`."""
+
+    api_version: Literal["surreal.ai/v1alpha1"] = Field(API_VERSION, alias="apiVersion")
+    kind: Literal["Experiment"] = Field(KIND)
+    metadata: Metadata
+    spec: ExperimentSpec = Field(default_factory=ExperimentSpec)

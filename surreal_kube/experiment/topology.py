@@ -1,0 +1,352 @@
+"""The process graph of an experiment, computed once from its spec.
+
+Every backend reads this: the local backend turns each `Process` into an OS process, the Kubernetes
+renderer turns each `Group` into a workload (one pod per replica, one container per process) and
+each exposed group into a Service. Names, ports and environment variables are derived here and
+nowhere else.
+
+A `Group` is a host: processes in one replica of a group share a network namespace (a pod, or this
+machine for the local backend), so they reach each other's pod-scoped endpoints on 127.0.0.1.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Literal
+
+from surreal_kube.errors import TopologyError
+from surreal_kube.experiment.spec import ExperimentSpec
+
+Scope = Literal["pod", "cluster"]
+Protocol = Literal["zmq", "http"]
+ENV_PREFIX = "SURREAL_"
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """A named socket that exactly one process binds and others connect to."""
+
+    name: str
+    protocol: Protocol
+    port: int
+    """Container port on Kubernetes; the local backend allocates its own."""
+    scope: Scope
+    """`pod`: only processes of the same group connect (shard backends); `cluster`: a Service."""
+
+    @property
+    def env_key(self) -> str:
+        """`replay-collector` -> `REPLAY_COLLECTOR`: the middle of its environment variables."""
+        return self.name.upper().replace("-", "_")
+
+    @property
+    def addr_var(self) -> str:
+        """Variable holding the address a connecting process dials."""
+        return f"{ENV_PREFIX}{self.env_key}_ADDR"
+
+    @property
+    def bind_var(self) -> str:
+        """Variable holding the address the binding process listens on."""
+        return f"{ENV_PREFIX}{self.env_key}_BIND"
+
+
+ENDPOINTS: dict[str, Endpoint] = {
+    e.name: e
+    for e in (
+        Endpoint("parameter-publish", "zmq", 7001, "cluster"),
+        Endpoint("replay-collector", "zmq", 7010, "cluster"),
+        Endpoint("replay-sampler", "zmq", 7011, "cluster"),
+        Endpoint("replay-collector-backend", "zmq", 7012, "pod"),
+        Endpoint("replay-sampler-backend", "zmq", 7013, "pod"),
+        Endpoint("ps-serve", "zmq", 7020, "cluster"),
+        Endpoint("ps-backend", "zmq", 7021, "pod"),
+        Endpoint("tensorplex", "zmq", 7030, "cluster"),
+        Endpoint("loggerplex", "zmq", 7040, "cluster"),
+        Endpoint("tensorboard", "http", 6006, "cluster"),
+    )
+}
+
+_METRICS = ("tensorplex", "loggerplex")
+
+
+@dataclass(frozen=True)
+class Process:
+    """One role instance: a process locally, a container on Kubernetes."""
+
+    name: str
+    """Unique within the experiment: `learner`, `replay-shard-1`, `agents-3`, `evals-0`."""
+    role: str
+    """What `surreal-kube-role <role>` runs."""
+    group: str
+    """The group (host) it lives in."""
+    index: int
+    """Replica ordinal for replicated groups, shard index for shards, else 0."""
+    agent_ids: tuple[int, ...]
+    """Agents this process runs (agents role only)."""
+    binds: tuple[str, ...]
+    connects: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Group:
+    """A set of processes sharing one host; replicated groups are StatefulSets on Kubernetes."""
+
+    name: str
+    component: str
+    """Key into the spec's resources, placement and images."""
+    replicas: int
+    roles: tuple[str, ...]
+    """Roles of the processes in one replica (containers of one pod), the first is the main one."""
+    processes: tuple[Process, ...]
+
+    @property
+    def replicated(self) -> bool:
+        """True for agents and evals: one pod per replica, ids from the pod's ordinal."""
+        return self.name in ("agents", "evals")
+
+    @property
+    def exposed(self) -> tuple[str, ...]:
+        """Cluster-scope endpoints bound in this group: the ports of its Service."""
+        return tuple(e for p in self.processes for e in p.binds if ENDPOINTS[e].scope == "cluster")
+
+
+@dataclass(frozen=True)
+class Address:
+    """Where one endpoint lives in one backend."""
+
+    bind: str
+    """What the binder listens on, e.g. `tcp://0.0.0.0:7010`."""
+    connect: str
+    """What others dial, e.g. `tcp://exp-replay.ns.svc.cluster.local:7010`."""
+    host: str
+    """The host (machine or pod group) whose port is taken, for clash checks."""
+    port: int
+
+
+@dataclass(frozen=True)
+class Topology:
+    """The whole graph: groups, processes and who binds what."""
+
+    experiment: str
+    groups: tuple[Group, ...]
+    binders: Mapping[str, str] = field(default_factory=dict)
+    """Endpoint name -> name of the process that binds it."""
+
+    @property
+    def processes(self) -> tuple[Process, ...]:
+        """Every process, in group order."""
+        return tuple(p for g in self.groups for p in g.processes)
+
+    def process(self, name: str) -> Process:
+        """Look a process up by name."""
+        for p in self.processes:
+            if p.name == name:
+                return p
+        raise KeyError(name)
+
+    def group(self, name: str) -> Group:
+        """Look a group up by name."""
+        for g in self.groups:
+            if g.name == name:
+                return g
+        raise KeyError(name)
+
+    def group_of(self, process: Process) -> Group:
+        """The group a process belongs to."""
+        return self.group(process.group)
+
+    def derived_name_suffixes(self) -> list[tuple[str, str]]:
+        """Every suffix appended to the experiment name on Kubernetes, with what it names.
+
+        A StatefulSet's pods carry the label `controller-revision-hash: <set>-<hash>`, a label value
+        limited to 63 characters, with a hash of up to 10 characters: that is often the longest.
+        """
+        out: list[tuple[str, str]] = []
+        for g in self.groups:
+            out.append((f"-{g.name}", f"the {g.component} workload"))
+            if g.replicated:
+                out.append((f"-{g.name}-{g.replicas - 1}", f"the last {g.name} pod"))
+                out.append((f"-{g.name}-" + "x" * 10, f"the {g.name} StatefulSet's revision label"))
+        return out
+
+    def addresses_local(
+        self, ports: Mapping[str, int], host: str = "127.0.0.1"
+    ) -> dict[str, Address]:
+        """Local addresses: everything on one host, on ports the caller allocated."""
+        book: dict[str, Address] = {}
+        for name in self.binders:
+            ep = ENDPOINTS[name]
+            port = ports[name]
+            scheme = "tcp" if ep.protocol == "zmq" else "http"
+            book[name] = Address(
+                f"{scheme}://{host}:{port}", f"{scheme}://{host}:{port}", host, port
+            )
+        check_ports(book)
+        return book
+
+    def addresses_kube(self, namespace: str, domain: str = "cluster.local") -> dict[str, Address]:
+        """Addresses on Kubernetes: cluster endpoints through the group's Service DNS name."""
+        book: dict[str, Address] = {}
+        for name, binder in self.binders.items():
+            ep = ENDPOINTS[name]
+            group = self.process(binder).group
+            scheme = "tcp" if ep.protocol == "zmq" else "http"
+            if ep.scope == "cluster":
+                dns = f"{self.experiment}-{group}.{namespace}.svc.{domain}"
+            else:
+                dns = "127.0.0.1"
+            book[name] = Address(
+                f"{scheme}://0.0.0.0:{ep.port}", f"{scheme}://{dns}:{ep.port}", group, ep.port
+            )
+        check_ports(book)
+        return book
+
+    def environment(
+        self,
+        process: Process,
+        addresses: Mapping[str, Address],
+        *,
+        config_path: str,
+        experiment_dir: str,
+    ) -> dict[str, str]:
+        """The environment a process starts with: the only input a role reads besides its config."""
+        env = {
+            f"{ENV_PREFIX}EXPERIMENT": self.experiment,
+            f"{ENV_PREFIX}ROLE": process.role,
+            f"{ENV_PREFIX}PROCESS": process.name,
+            f"{ENV_PREFIX}INDEX": str(process.index),
+            f"{ENV_PREFIX}CONFIG": config_path,
+            f"{ENV_PREFIX}EXPERIMENT_DIR": experiment_dir,
+        }
+        for name in process.binds:
+            env[ENDPOINTS[name].bind_var] = addresses[name].bind
+        for name in process.connects:
+            env[ENDPOINTS[name].addr_var] = addresses[name].connect
+        return env
+
+
+def check_ports(book: Mapping[str, Address]) -> None:
+    """Refuse an address book that uses one port twice on one host."""
+    seen = Counter((a.host, a.port) for a in book.values())
+    clashes = [key for key, n in seen.items() if n > 1]
+    if clashes:
+        host, port = clashes[0]
+        users = sorted(n for n, a in book.items() if (a.host, a.port) == (host, port))
+        raise TopologyError(f"port {port} is used twice on {host}: {', '.join(users)}")
+
+
+def build_topology(name: str, spec: ExperimentSpec) -> Topology:
+    """Compute the process graph of experiment `name` (see the module docstring)."""
+    groups: list[Group] = []
+
+    def single(
+        group: str, component: str, role: str, binds: tuple[str, ...], connects: tuple[str, ...]
+    ) -> Group:
+        proc = Process(group, role, group, 0, (), binds, connects)
+        return Group(group, component, 1, (role,), (proc,))
+
+    groups.append(
+        single(
+            "learner", "learner", "learner", ("parameter-publish",), ("replay-sampler", *_METRICS)
+        )
+    )
+
+    shards = spec.replay.shards
+    replay_procs = [
+        Process(
+            "replay",
+            "replay",
+            "replay",
+            0,
+            (),
+            (
+                "replay-collector",
+                "replay-sampler",
+                "replay-collector-backend",
+                "replay-sampler-backend",
+            ),
+            _METRICS,
+        )
+    ] + [
+        Process(
+            f"replay-shard-{i}",
+            "replay-shard",
+            "replay",
+            i,
+            (),
+            (),
+            ("replay-collector-backend", "replay-sampler-backend", *_METRICS),
+        )
+        for i in range(shards)
+    ]
+    groups.append(
+        Group("replay", "replay", 1, tuple(p.role for p in replay_procs), tuple(replay_procs))
+    )
+
+    ps_procs = [Process("ps", "ps", "ps", 0, (), ("ps-serve", "ps-backend"), _METRICS)] + [
+        Process(
+            f"ps-shard-{i}",
+            "ps-shard",
+            "ps",
+            i,
+            (),
+            (),
+            ("parameter-publish", "ps-backend", *_METRICS),
+        )
+        for i in range(spec.ps.shards)
+    ]
+    groups.append(Group("ps", "ps", 1, tuple(p.role for p in ps_procs), tuple(ps_procs)))
+
+    groups.append(single("tensorplex", "tensorplex", "tensorplex", ("tensorplex",), ()))
+    groups.append(single("loggerplex", "loggerplex", "loggerplex", ("loggerplex",), ()))
+    groups.append(single("tensorboard", "tensorboard", "tensorboard", ("tensorboard",), ()))
+
+    batch = spec.agents.batch
+    agent_procs = tuple(
+        Process(
+            f"agents-{g}",
+            "agents",
+            "agents",
+            g,
+            tuple(range(g * batch, (g + 1) * batch)),
+            (),
+            ("ps-serve", "replay-collector", *_METRICS),
+        )
+        for g in range(spec.agents.groups)
+    )
+    groups.append(Group("agents", "agent", len(agent_procs), ("agents",), agent_procs))
+
+    if spec.evals.count:
+        eval_procs = tuple(
+            Process(f"evals-{i}", "eval", "evals", i, (), (), ("ps-serve", *_METRICS))
+            for i in range(spec.evals.count)
+        )
+        groups.append(Group("evals", "eval", len(eval_procs), ("eval",), eval_procs))
+
+    topo = Topology(name, tuple(groups))
+    binders = _check_graph(topo)
+    return Topology(name, tuple(groups), binders)
+
+
+def _check_graph(topo: Topology) -> dict[str, str]:
+    """Every endpoint bound exactly once, every connect bound somewhere, pod endpoints in-pod."""
+    binders: dict[str, str] = {}
+    for p in topo.processes:
+        for e in p.binds:
+            if e not in ENDPOINTS:
+                raise TopologyError(f"{p.name} binds unknown endpoint {e!r}")
+            if e in binders:
+                raise TopologyError(f"endpoint {e!r} is bound by both {binders[e]} and {p.name}")
+            binders[e] = p.name
+    names = [p.name for p in topo.processes]
+    dupes = [n for n, c in Counter(names).items() if c > 1]
+    if dupes:
+        raise TopologyError(f"process name {dupes[0]!r} is used twice")
+    for p in topo.processes:
+        for e in p.connects:
+            if e not in binders:
+                raise TopologyError(f"{p.name} connects to {e!r}, which no process binds")
+            if ENDPOINTS[e].scope == "pod" and topo.process(binders[e]).group != p.group:
+                raise TopologyError(f"{p.name} connects to pod-scoped {e!r} from another group")
+    return binders

@@ -1,0 +1,149 @@
+"""Hyper-parameters of the algorithms, with the reference defaults of the original system.
+
+These models are torch-free on purpose: the experiment spec, the CLI and the CRD schema all read
+them, and none of those should pay for importing torch.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import Field, model_validator
+
+from surreal_kube.schema import SpecModel
+
+PositiveFloat = Annotated[float, Field(gt=0)]
+
+
+class ScheduleConfig(SpecModel):
+    """A learning-rate (or noise) schedule over learner iterations."""
+
+    kind: Literal["constant", "linear"] = Field("constant", description="constant or linear decay")
+    final_fraction: float = Field(
+        0.0, ge=0, le=1, description="linear: value at the end, as a fraction of the initial one"
+    )
+    horizon: int = Field(
+        1_000_000, ge=1, description="linear: iterations over which the value decays"
+    )
+
+
+class RNNConfig(SpecModel):
+    """Optional LSTM stem; its hidden state travels with every sub-trajectory."""
+
+    enabled: bool = Field(False, description="use an LSTM between the observation and the heads")
+    hidden_size: int = Field(100, ge=1, description="LSTM hidden units")
+    layers: int = Field(1, ge=1, description="stacked LSTM layers")
+
+
+class CNNConfig(SpecModel):
+    """Optional convolutional stem for pixel observations."""
+
+    enabled: bool = Field(False, description="encode `pixel` observations with a CNN")
+    channels: list[int] = Field([16, 32], description="output channels of each conv layer")
+    features: int = Field(256, ge=1, description="size of the CNN's output features")
+
+
+class PPOConfig(SpecModel):
+    """Proximal Policy Optimization with the clipped or adaptive-KL surrogate."""
+
+    name: Literal["ppo"] = Field("ppo", description="algorithm discriminator")
+    mode: Literal["clip", "adapt"] = Field(
+        "clip", description="clip: clipped surrogate; adapt: adaptive KL penalty"
+    )
+    gamma: float = Field(0.995, gt=0, le=1, description="discount factor")
+    lam: float = Field(0.97, ge=0, le=1, description="GAE lambda")
+    clip_epsilon: float = Field(0.2, gt=0, lt=1, description="initial clip range (clip mode)")
+    clip_range: tuple[float, float] = Field(
+        (0.05, 0.3), description="bounds within which the clip range adapts"
+    )
+    clip_adjust_threshold: tuple[float, float] = Field(
+        (0.5, 2.0), description="KL ratio to target outside which the clip range adapts"
+    )
+    kl_target: float = Field(0.015, gt=0, description="target KL divergence per update")
+    beta_init: float = Field(1.0, gt=0, description="initial KL penalty coefficient (adapt mode)")
+    beta_range: tuple[float, float] = Field(
+        (1 / 35.0, 35.0), description="bounds of the KL penalty coefficient"
+    )
+    beta_adjust_factor: float = Field(1.5, gt=1, description="multiply/divide beta by this")
+    kl_cutoff_coeff: float = Field(
+        250.0, ge=0, description="adapt mode: penalty on KL above twice the target"
+    )
+    early_stop_kl: float | None = Field(
+        None, description="stop the policy epochs once KL exceeds this multiple of kl_target"
+    )
+    epochs_policy: int = Field(10, ge=1, description="policy epochs per batch")
+    epochs_baseline: int = Field(10, ge=1, description="value-function epochs per batch")
+    minibatches: int = Field(1, ge=1, description="minibatches per epoch")
+    lr_policy: float = Field(1e-4, gt=0, description="Adam learning rate of the policy")
+    lr_baseline: float = Field(1e-4, gt=0, description="Adam learning rate of the critic")
+    lr_schedule: ScheduleConfig = Field(default_factory=ScheduleConfig)
+    entropy_coeff: float = Field(0.0, ge=0, description="entropy bonus weight")
+    max_grad_norm: float | None = Field(5.0, description="clip gradients to this norm; null: off")
+    init_log_sig: float = Field(-1.0, description="initial log std of the Gaussian policy")
+    hidden_sizes: list[int] = Field([64, 64], description="hidden layers of actor and critic")
+    norm_advantage: bool = Field(True, description="normalize advantages per batch")
+    use_z_filter: bool = Field(True, description="whiten observations with a running ZFilter")
+    z_filter_clip: float = Field(5.0, gt=0, description="clamp filtered observations to ±N sigma")
+    use_r_filter: bool = Field(False, description="whiten rewards with a running RewardFilter")
+    horizon: int = Field(25, ge=1, description="steps per sub-trajectory sent by agents")
+    stride: int = Field(20, ge=1, description="steps between the starts of sub-trajectories")
+    batch_size: int = Field(64, ge=1, description="sub-trajectories per learner batch")
+    exp_interval: int = Field(
+        4096, ge=1, description="env steps between refreshes of the reference (old) policy"
+    )
+    rnn: RNNConfig = Field(default_factory=RNNConfig)
+    cnn: CNNConfig = Field(default_factory=CNNConfig)
+
+    @model_validator(mode="after")
+    def _check(self) -> PPOConfig:
+        if self.stride > self.horizon:
+            raise ValueError(f"stride ({self.stride}) must be <= horizon ({self.horizon})")
+        lo, hi = self.clip_range
+        if not 0 < lo <= hi < 1:
+            raise ValueError(f"clipRange must satisfy 0 < low <= high < 1, got {lo}, {hi}")
+        lo, hi = self.beta_range
+        if not 0 < lo <= hi:
+            raise ValueError(f"betaRange must satisfy 0 < low <= high, got {lo}, {hi}")
+        return self
+
+
+class NoiseConfig(SpecModel):
+    """Exploration noise added to DDPG's deterministic actions."""
+
+    kind: Literal["gaussian", "ou"] = Field("gaussian", description="gaussian or ou")
+    sigma: float = Field(0.1, ge=0, description="noise scale of agent 0")
+    sigma_max: float | None = Field(
+        None,
+        description="per-agent sigma: agents spread linearly from sigma to this; null: all same",
+    )
+    theta: float = Field(0.15, ge=0, description="OU mean reversion")
+    dt: float = Field(1e-2, gt=0, description="OU time step")
+
+
+class DDPGConfig(SpecModel):
+    """Deep Deterministic Policy Gradient, with optional twin critics (TD3-style)."""
+
+    name: Literal["ddpg"] = Field("ddpg", description="algorithm discriminator")
+    gamma: float = Field(0.99, gt=0, le=1, description="discount factor")
+    n_step: int = Field(3, ge=1, description="n-step returns")
+    batch_size: int = Field(512, ge=1, description="transitions per learner batch")
+    lr_actor: float = Field(1e-4, gt=0, description="Adam learning rate of the actor")
+    lr_critic: float = Field(1e-3, gt=0, description="Adam learning rate of the critic")
+    critic_l2: float = Field(0.0, ge=0, description="L2 weight decay of the critic")
+    target_update: Literal["hard", "soft"] = Field("soft", description="hard copy or Polyak")
+    target_update_interval: int = Field(500, ge=1, description="hard: iterations between copies")
+    tau: float = Field(0.005, gt=0, le=1, description="soft: Polyak coefficient")
+    noise: NoiseConfig = Field(default_factory=NoiseConfig)
+    twin_critic: bool = Field(False, description="use two critics and the minimum (TD3)")
+    target_policy_smoothing: bool = Field(False, description="add clipped noise to target actions")
+    target_noise: float = Field(0.2, ge=0, description="std of target policy smoothing noise")
+    target_noise_clip: float = Field(0.5, ge=0, description="clip of target smoothing noise")
+    policy_delay: int = Field(1, ge=1, description="critic updates per actor update")
+    hidden_sizes: list[int] = Field([256, 256], description="hidden layers of actor and critic")
+    use_z_filter: bool = Field(False, description="whiten observations with a running ZFilter")
+    max_grad_norm: float | None = Field(None, description="clip gradients; null: off")
+    cnn: CNNConfig = Field(default_factory=CNNConfig)
+
+
+AlgorithmConfig = Annotated[PPOConfig | DDPGConfig, Field(discriminator="name")]
+ALGORITHMS = ("ppo", "ddpg")

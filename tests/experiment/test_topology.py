@@ -1,0 +1,157 @@
+"""The process graph, asserted exactly for one representative experiment."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from surreal_kube.errors import TopologyError
+from surreal_kube.experiment.resolve import experiment_topology, resolve_experiment
+from surreal_kube.experiment.topology import ENDPOINTS, Address, check_ports
+
+METRICS = ("tensorplex", "loggerplex")
+
+
+@pytest.fixture(scope="module")
+def topo():
+    exp = resolve_experiment(
+        "exp",
+        flags={"agents.count": 8, "agents.batch": 4, "evals.count": 2},
+        sets=["replay.shards=2", "ps.shards=2"],
+    )
+    return experiment_topology(exp)
+
+
+def test_processes_groups_and_roles(topo) -> None:
+    assert [(p.name, p.group, p.role, p.index, p.agent_ids) for p in topo.processes] == [
+        ("learner", "learner", "learner", 0, ()),
+        ("replay", "replay", "replay", 0, ()),
+        ("replay-shard-0", "replay", "replay-shard", 0, ()),
+        ("replay-shard-1", "replay", "replay-shard", 1, ()),
+        ("ps", "ps", "ps", 0, ()),
+        ("ps-shard-0", "ps", "ps-shard", 0, ()),
+        ("ps-shard-1", "ps", "ps-shard", 1, ()),
+        ("tensorplex", "tensorplex", "tensorplex", 0, ()),
+        ("loggerplex", "loggerplex", "loggerplex", 0, ()),
+        ("tensorboard", "tensorboard", "tensorboard", 0, ()),
+        ("agents-0", "agents", "agents", 0, (0, 1, 2, 3)),
+        ("agents-1", "agents", "agents", 1, (4, 5, 6, 7)),
+        ("evals-0", "evals", "eval", 0, ()),
+        ("evals-1", "evals", "eval", 1, ()),
+    ]
+    assert [(g.name, g.component, g.replicas, g.replicated) for g in topo.groups] == [
+        ("learner", "learner", 1, False),
+        ("replay", "replay", 1, False),
+        ("ps", "ps", 1, False),
+        ("tensorplex", "tensorplex", 1, False),
+        ("loggerplex", "loggerplex", 1, False),
+        ("tensorboard", "tensorboard", 1, False),
+        ("agents", "agent", 2, True),
+        ("evals", "eval", 2, True),
+    ]
+
+
+def test_binds_and_connects(topo) -> None:
+    graph = {p.name: (p.binds, p.connects) for p in topo.processes}
+    assert graph["learner"] == (("parameter-publish",), ("replay-sampler", *METRICS))
+    assert graph["replay"] == (
+        (
+            "replay-collector",
+            "replay-sampler",
+            "replay-collector-backend",
+            "replay-sampler-backend",
+        ),
+        METRICS,
+    )
+    for i in (0, 1):
+        assert graph[f"replay-shard-{i}"] == (
+            (),
+            ("replay-collector-backend", "replay-sampler-backend", *METRICS),
+        )
+        assert graph[f"ps-shard-{i}"] == ((), ("parameter-publish", "ps-backend", *METRICS))
+        assert graph[f"agents-{i}"] == ((), ("ps-serve", "replay-collector", *METRICS))
+        assert graph[f"evals-{i}"] == ((), ("ps-serve", *METRICS))
+    assert graph["ps"] == (("ps-serve", "ps-backend"), METRICS)
+    assert graph["tensorplex"] == (("tensorplex",), ())
+    assert graph["loggerplex"] == (("loggerplex",), ())
+    assert graph["tensorboard"] == (("tensorboard",), ())
+    assert dict(topo.binders) == {
+        "parameter-publish": "learner",
+        "replay-collector": "replay",
+        "replay-sampler": "replay",
+        "replay-collector-backend": "replay",
+        "replay-sampler-backend": "replay",
+        "ps-serve": "ps",
+        "ps-backend": "ps",
+        "tensorplex": "tensorplex",
+        "loggerplex": "loggerplex",
+        "tensorboard": "tensorboard",
+    }
+    assert topo.group("replay").exposed == ("replay-collector", "replay-sampler")
+    assert topo.group("agents").exposed == ()
+
+
+def test_environment_local(topo) -> None:
+    ports = {name: 20000 + i for i, name in enumerate(sorted(ENDPOINTS))}
+    book = topo.addresses_local(ports)
+    env = topo.environment(
+        topo.process("agents-1"), book, config_path="/c.yml", experiment_dir="/x"
+    )
+    assert env == {
+        "SURREAL_EXPERIMENT": "exp",
+        "SURREAL_ROLE": "agents",
+        "SURREAL_PROCESS": "agents-1",
+        "SURREAL_INDEX": "1",
+        "SURREAL_CONFIG": "/c.yml",
+        "SURREAL_EXPERIMENT_DIR": "/x",
+        "SURREAL_PS_SERVE_ADDR": f"tcp://127.0.0.1:{ports['ps-serve']}",
+        "SURREAL_REPLAY_COLLECTOR_ADDR": f"tcp://127.0.0.1:{ports['replay-collector']}",
+        "SURREAL_TENSORPLEX_ADDR": f"tcp://127.0.0.1:{ports['tensorplex']}",
+        "SURREAL_LOGGERPLEX_ADDR": f"tcp://127.0.0.1:{ports['loggerplex']}",
+    }
+    env = topo.environment(topo.process("replay"), book, config_path="/c.yml", experiment_dir="/x")
+    assert env["SURREAL_REPLAY_COLLECTOR_BIND"] == f"tcp://127.0.0.1:{ports['replay-collector']}"
+    assert env["SURREAL_REPLAY_SAMPLER_BACKEND_BIND"].startswith("tcp://127.0.0.1:")
+    assert set(env) == {
+        "SURREAL_EXPERIMENT",
+        "SURREAL_ROLE",
+        "SURREAL_PROCESS",
+        "SURREAL_INDEX",
+        "SURREAL_CONFIG",
+        "SURREAL_EXPERIMENT_DIR",
+        "SURREAL_REPLAY_COLLECTOR_BIND",
+        "SURREAL_REPLAY_SAMPLER_BIND",
+        "SURREAL_REPLAY_COLLECTOR_BACKEND_BIND",
+        "SURREAL_REPLAY_SAMPLER_BACKEND_BIND",
+        "SURREAL_TENSORPLEX_ADDR",
+        "SURREAL_LOGGERPLEX_ADDR",
+    }
+    tb = topo.environment(topo.process("tensorboard"), book, config_path="/c", experiment_dir="/x")
+    assert tb["SURREAL_TENSORBOARD_BIND"] == f"http://127.0.0.1:{ports['tensorboard']}"
+
+
+def test_environment_kube(topo) -> None:
+    book = topo.addresses_kube("team-a")
+    learner = topo.environment(topo.process("learner"), book, config_path="/c", experiment_dir="/x")
+    assert learner["SURREAL_PARAMETER_PUBLISH_BIND"] == "tcp://0.0.0.0:7001"
+    assert (
+        learner["SURREAL_REPLAY_SAMPLER_ADDR"] == "tcp://exp-replay.team-a.svc.cluster.local:7011"
+    )
+    shard = topo.environment(
+        topo.process("replay-shard-1"), book, config_path="/c", experiment_dir="/x"
+    )
+    assert shard["SURREAL_REPLAY_COLLECTOR_BACKEND_ADDR"] == "tcp://127.0.0.1:7012"  # same pod
+    assert shard["SURREAL_TENSORPLEX_ADDR"] == "tcp://exp-tensorplex.team-a.svc.cluster.local:7030"
+
+
+def test_a_port_used_twice_on_one_host_is_refused(topo) -> None:
+    ports = {name: 20000 for name in ENDPOINTS}
+    with pytest.raises(TopologyError, match=re.escape("port 20000 is used twice on 127.0.0.1")):
+        topo.addresses_local(ports)
+    check_ports({"a": Address("x", "x", "pod-a", 1), "b": Address("y", "y", "pod-b", 1)})
+
+
+def test_no_evals_means_no_eval_group() -> None:
+    topo = experiment_topology(resolve_experiment("exp", flags={"evals.count": 0}))
+    assert "evals" not in [g.name for g in topo.groups]
