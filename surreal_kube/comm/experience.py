@@ -1,0 +1,188 @@
+"""Experience: agents send stacked batches of replay items; replay shards receive them.
+
+    agent --PUSH replay-collector--> replay LB (PULL -> PUSH) --replay-collector-backend--> shard
+
+Items (sub-trajectories or transitions, each an `ArrayDict`) are buffered by the sender and sent
+`flush_iteration` at a time as ONE message whose arrays are the items stacked along a new leading
+axis: four frames for 256 transitions instead of a thousand, and the shard stores them with one
+copy per key.
+
+A sender never blocks forever (a defect of the original system). Its socket has a bounded queue
+(the high-water mark) and does not queue for absent peers (`IMMEDIATE`); a send waits at most
+`timeout` seconds, then the batch is dropped, counted, and logged. After one timeout the sender
+stops waiting (sends become non-blocking) until a send goes through again, so an agent whose
+replay is down keeps stepping at full speed and resumes sending as soon as replay is back.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Mapping, Sequence
+
+import numpy as np
+import zmq
+
+from surreal_kube.comm import wire
+from surreal_kube.comm.sockets import make_socket
+
+log = logging.getLogger(__name__)
+
+DEFAULT_SEND_TIMEOUT_SECONDS = 2.0
+
+
+def _signature(item: Mapping[str, np.ndarray]) -> tuple[tuple[str, str, tuple[int, ...]], ...]:
+    return tuple((k, np.asarray(v).dtype.str, np.shape(v)) for k, v in item.items())
+
+
+def stack_items(items: Sequence[Mapping[str, np.ndarray]]) -> list[tuple[wire.ArrayDict, int]]:
+    """Stack items that share keys, dtypes and shapes: [(stacked arrays, count), ...].
+
+    Items of differing layout (a shorter last sub-trajectory, say) form separate groups, in order
+    of first appearance, rather than failing.
+    """
+    groups: dict[tuple, list[Mapping[str, np.ndarray]]] = {}
+    for item in items:
+        groups.setdefault(_signature(item), []).append(item)
+    out: list[tuple[wire.ArrayDict, int]] = []
+    for group in groups.values():
+        keys = group[0].keys()
+        out.append(({k: np.stack([np.asarray(it[k]) for it in group]) for k in keys}, len(group)))
+    return out
+
+
+class ExperienceSender:
+    """An agent's side of the experience path: buffer, stack, send, never hang."""
+
+    def __init__(
+        self,
+        addr: str,
+        *,
+        flush_iteration: int = 1,
+        timeout: float = DEFAULT_SEND_TIMEOUT_SECONDS,
+        hwm: int = 32,
+        source: str = "",
+    ) -> None:
+        self.addr = addr
+        self.flush_iteration = max(1, int(flush_iteration))
+        self.timeout = timeout
+        self.source = source
+        self._sock = make_socket(
+            zmq.PUSH, connect=addr, sndhwm=hwm, sndtimeo_ms=int(timeout * 1000), immediate=True
+        )
+        self._pending: list[Mapping[str, np.ndarray]] = []
+        self._blocking = True
+        self._dropped_since_ok = 0
+        self.sent_items = 0
+        self.sent_messages = 0
+        self.sent_bytes = 0
+        self.dropped_items = 0
+        self.dropped_messages = 0
+
+    @property
+    def healthy(self) -> bool:
+        """False while replay is unreachable (sends are being dropped)."""
+        return self._blocking
+
+    def send(self, items: Mapping[str, np.ndarray] | Iterable[Mapping[str, np.ndarray]]) -> None:
+        """Queue one item or several; sends once `flush_iteration` items are waiting."""
+        if isinstance(items, Mapping):
+            self._pending.append(items)
+        else:
+            self._pending.extend(items)
+        if len(self._pending) >= self.flush_iteration:
+            self.flush()
+
+    def flush(self) -> None:
+        """Send whatever is buffered now."""
+        pending, self._pending = self._pending, []
+        for arrays, count in stack_items(pending):
+            self.send_stacked(arrays, count)
+
+    def send_stacked(self, arrays: Mapping[str, np.ndarray], count: int) -> bool:
+        """Send `count` items already stacked along axis 0; False if they had to be dropped."""
+        frames = wire.encode(wire.EXPERIENCE, {"n": int(count), "src": self.source}, arrays)
+        try:
+            if self._blocking:
+                self._sock.send_multipart(frames, copy=False)
+            else:
+                self._sock.send_multipart(frames, zmq.NOBLOCK, copy=False)
+        except zmq.Again:
+            self._drop(count)
+            return False
+        if not self._blocking:
+            log.info(
+                "replay at %s reachable again; dropped %d items while it was not",
+                self.addr,
+                self._dropped_since_ok,
+            )
+            self._blocking = True
+        self._dropped_since_ok = 0
+        self.sent_items += count
+        self.sent_messages += 1
+        self.sent_bytes += sum(np.asarray(a).nbytes for a in arrays.values())
+        return True
+
+    def _drop(self, count: int) -> None:
+        self.dropped_items += count
+        self.dropped_messages += 1
+        self._dropped_since_ok += count
+        if self._blocking:
+            log.warning(
+                "replay at %s did not take experience within %.1fs; dropping %d items "
+                "(and sending without waiting until it answers again)",
+                self.addr,
+                self.timeout,
+                count,
+            )
+            self._blocking = False
+
+    def close(self) -> None:
+        """Close the socket; buffered items that were not flushed are discarded."""
+        self._sock.close(0)
+
+
+class ExperienceReceiver:
+    """A replay shard's side: PULL stacked batches from the load balancer, checked and counted."""
+
+    def __init__(self, addr: str, *, hwm: int = 64, max_bytes: int = 1 << 30) -> None:
+        self.sock = make_socket(zmq.PULL, connect=addr, rcvhwm=hwm)
+        self._max_bytes = max_bytes
+        self.rejects = wire.Rejects(log)
+        self.items = 0
+        self.messages = 0
+        self.bytes = 0
+
+    def recv(self, timeout_ms: int = 0) -> tuple[wire.ArrayDict, int] | None:
+        """One batch (stacked arrays, count) if one arrives within the timeout, else None."""
+        if timeout_ms and not self.sock.poll(timeout_ms, zmq.POLLIN):
+            return None
+        try:
+            frames = self.sock.recv_multipart(zmq.NOBLOCK, copy=False)
+        except zmq.Again:
+            return None
+        msg = wire.try_decode(
+            frames,
+            self.rejects,
+            expect=(wire.EXPERIENCE,),
+            max_bytes=self._max_bytes,
+            where="collector",
+        )
+        if msg is None:
+            return None
+        count = msg.meta.get("n")
+        if (
+            not isinstance(count, int)
+            or count < 1
+            or not msg.arrays
+            or any(a.ndim == 0 or a.shape[0] != count for a in msg.arrays.values())
+        ):
+            self.rejects.add(wire.WireError("bad-meta", "arrays do not stack n items"), "collector")
+            return None
+        self.items += count
+        self.messages += 1
+        self.bytes += msg.nbytes
+        return msg.arrays, count
+
+    def close(self) -> None:
+        """Close the socket."""
+        self.sock.close(0)

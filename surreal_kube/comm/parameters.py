@@ -1,0 +1,351 @@
+"""Parameters: the learner publishes, parameter-server shards cache, agents fetch by hash.
+
+    learner  --PUB parameter-publish-->  ps-shard-i (SUB, keeps the newest)
+    agent    --REQ ps-serve--> ps proxy (ROUTER/DEALER) --> ps-shard-i (REP)
+
+A publication carries the iteration, a content hash and a timestamp. A fetch carries the hash the
+client already holds; a shard answers `unchanged` (a few bytes) when it has nothing newer, so
+agents can fetch often without moving megabytes. Shards forward the publication's frames as they
+arrived, without decoding or copying the arrays.
+
+The client follows the "lazy pirate" pattern: a REQ socket that times out is in a state where it
+cannot send again, so it is closed and rebuilt; `on_fetch_parameter_failed` tells the owner (which
+logs it and reports it to tensorplex) and `on_fetch_parameter_success` tells it when fetches work.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import numpy as np
+import zmq
+
+from surreal_kube.comm import wire
+from surreal_kube.comm.sockets import bound_address, make_socket
+
+log = logging.getLogger(__name__)
+
+DEFAULT_TIMEOUT_SECONDS = 2.0
+
+
+def content_hash(params: Mapping[str, np.ndarray]) -> str:
+    """A short digest of names, dtypes, shapes and bytes: equal parameters hash equal."""
+    h = hashlib.blake2b(digest_size=12)
+    for name in sorted(params):
+        array = np.ascontiguousarray(params[name])
+        h.update(f"{name}|{array.dtype.str}|{array.shape}|".encode())
+        h.update(memoryview(array).cast("B") if array.ndim else array.tobytes())
+    return h.hexdigest()
+
+
+@dataclass(frozen=True)
+class ParameterInfo:
+    """What travels with a parameter set."""
+
+    iteration: int
+    hash: str
+    time: float
+    """Publish time (seconds since the epoch, learner clock)."""
+
+
+def _info(meta: Mapping[str, Any]) -> ParameterInfo:
+    iteration, digest, stamp = meta.get("iteration"), meta.get("hash"), meta.get("time")
+    if (
+        not isinstance(iteration, int)
+        or not isinstance(digest, str)
+        or not isinstance(stamp, (int, float))
+    ):
+        raise wire.WireError("bad-meta", "parameter meta needs iteration, hash and time")
+    return ParameterInfo(iteration, digest, float(stamp))
+
+
+class ParameterPublisher:
+    """The learner's side: PUB the newest parameters, and repeat them while nothing new comes.
+
+    PUB drops messages for subscribers that are not connected yet, so a parameter-server shard
+    that starts (or restarts) after a publication would wait for the next one; a learner stuck
+    waiting for experience would then starve everyone. A background thread therefore re-sends the
+    newest publication every `republish_seconds`. `publish` copies the arrays (the learner keeps
+    training in place) and returns at once; the thread owns the socket.
+    """
+
+    def __init__(self, bind: str, *, republish_seconds: float = 2.0, hwm: int = 4) -> None:
+        self._bind = bind
+        self._hwm = hwm
+        self._republish = republish_seconds
+        self._lock = threading.Condition()
+        self._latest: list[Any] | None = None
+        self._fresh = False
+        self._stop = False
+        self._ready = threading.Event()
+        self._error: BaseException | None = None
+        self.published = 0
+        self.info: ParameterInfo | None = None
+        self.addr = bind
+        """The bound address (a wildcard port resolved)."""
+        self._thread = threading.Thread(target=self._run, name="param-publisher", daemon=True)
+        self._thread.start()
+        self._ready.wait()
+        if self._error is not None:
+            raise self._error
+
+    def publish(
+        self, params: Mapping[str, np.ndarray], iteration: int, *, copy: bool = True
+    ) -> ParameterInfo:
+        """Publish a parameter set; returns its info (the hash agents will report back)."""
+        arrays = {k: np.array(v, copy=True) if copy else np.asarray(v) for k, v in params.items()}
+        info = ParameterInfo(int(iteration), content_hash(arrays), time.time())
+        frames = wire.encode(
+            wire.PARAMS, {"iteration": info.iteration, "hash": info.hash, "time": info.time}, arrays
+        )
+        with self._lock:
+            self._latest = frames
+            self._fresh = True
+            self.info = info
+            self._lock.notify()
+        return info
+
+    def _run(self) -> None:
+        try:
+            sock = make_socket(zmq.PUB, bind=self._bind, sndhwm=self._hwm)
+            self.addr = bound_address(sock)
+        except BaseException as exc:
+            self._error = exc
+            self._ready.set()
+            return
+        self._ready.set()
+        try:
+            while True:
+                with self._lock:
+                    if not self._fresh and not self._stop:
+                        self._lock.wait(self._republish)
+                    if self._stop:
+                        return
+                    frames = self._latest
+                    self._fresh = False
+                if frames is not None:
+                    sock.send_multipart(frames, copy=False)
+                    self.published += 1
+        finally:
+            sock.close(0)
+
+    def close(self) -> None:
+        """Stop the publishing thread and close the socket."""
+        with self._lock:
+            self._stop = True
+            self._lock.notify()
+        self._thread.join(2.0)
+
+
+class ParameterShard:
+    """One parameter-server shard: subscribes to the learner, answers fetches on the backend.
+
+    Call `poll(timeout)` in a loop; it handles whatever arrived (new parameters first, so an answer
+    is never older than what the shard has received).
+    """
+
+    def __init__(
+        self, publish_addr: str, backend_addr: str, *, max_bytes: int = wire.DEFAULT_MAX_BYTES
+    ):
+        self.sub = make_socket(zmq.SUB, connect=publish_addr, rcvhwm=4)
+        self.sub.setsockopt(zmq.SUBSCRIBE, b"")
+        self.rep = make_socket(zmq.REP, connect=backend_addr)
+        self._max_bytes = max_bytes
+        self._poller = zmq.Poller()
+        self._poller.register(self.sub, zmq.POLLIN)
+        self._poller.register(self.rep, zmq.POLLIN)
+        self.frames: list[zmq.Frame] | None = None
+        self.info: ParameterInfo | None = None
+        self.rejects = wire.Rejects(log)
+        self.updates = 0
+        self.fetches = 0
+        self.unchanged = 0
+
+    def poll(self, timeout_ms: int = 100) -> int:
+        """Handle pending publications and requests; returns how many requests were answered."""
+        events = dict(self._poller.poll(timeout_ms))
+        if self.sub in events:
+            self._drain_publications()
+        answered = 0
+        while self.rep.poll(0, zmq.POLLIN):
+            self._answer(self.rep.recv_multipart(copy=False))
+            answered += 1
+        return answered
+
+    def _drain_publications(self) -> None:
+        while True:
+            try:
+                frames = self.sub.recv_multipart(zmq.NOBLOCK, copy=False)
+            except zmq.Again:
+                return
+            msg = wire.try_decode(
+                frames,
+                self.rejects,
+                expect=(wire.PARAMS,),
+                max_bytes=self._max_bytes,
+                where="publish",
+            )
+            if msg is None:
+                continue
+            try:
+                info = _info(msg.meta)
+            except wire.WireError as exc:
+                self.rejects.add(exc, "publish")
+                continue
+            if self.info is None or info.hash != self.info.hash:
+                self.updates += 1
+            self.frames, self.info = list(frames), info
+
+    def _answer(self, frames: list[zmq.Frame]) -> None:
+        self.fetches += 1
+        msg = wire.try_decode(
+            frames, self.rejects, expect=(wire.FETCH,), max_bytes=4096, where="fetch"
+        )
+        if msg is None:
+            # REP must answer something; an empty reply is a malformed message to the client.
+            self.rep.send_multipart(wire.encode(wire.NO_PARAMS, {"error": "malformed request"}))
+            return
+        held = msg.meta.get("hash")
+        if self.frames is None or self.info is None:
+            self.rep.send_multipart(wire.encode(wire.NO_PARAMS))
+        elif held == self.info.hash:
+            self.unchanged += 1
+            meta = {
+                "iteration": self.info.iteration,
+                "hash": self.info.hash,
+                "time": self.info.time,
+            }
+            self.rep.send_multipart(wire.encode(wire.UNCHANGED, meta))
+        else:
+            self.rep.send_multipart(self.frames, copy=False)
+
+    def close(self) -> None:
+        """Close both sockets."""
+        self.sub.close(0)
+        self.rep.close(0)
+
+
+FetchOutcome = Literal["new", "unchanged", "empty", "failed"]
+
+
+class ParameterClient:
+    """Fetches parameters by hash from the parameter server, rebuilding its socket on timeout."""
+
+    def __init__(
+        self,
+        addr: str,
+        *,
+        timeout: float = DEFAULT_TIMEOUT_SECONDS,
+        on_fetch_parameter_success: Callable[[], None] | None = None,
+        on_fetch_parameter_failed: Callable[[], None] | None = None,
+        max_bytes: int = wire.DEFAULT_MAX_BYTES,
+    ) -> None:
+        self.addr = addr
+        self.timeout = timeout
+        self.on_fetch_parameter_success = on_fetch_parameter_success
+        self.on_fetch_parameter_failed = on_fetch_parameter_failed
+        self._max_bytes = max_bytes
+        self.info: ParameterInfo | None = None
+        self.last_outcome: FetchOutcome | None = None
+        self.rejects = wire.Rejects(log)
+        self.fetches = 0
+        self.updates = 0
+        self.failures = 0
+        self.rebuilds = 0
+        self._sock = self._new_socket()
+
+    def _new_socket(self) -> zmq.Socket:
+        return make_socket(zmq.REQ, connect=self.addr, sndtimeo_ms=int(self.timeout * 1000))
+
+    @property
+    def hash(self) -> str | None:
+        """Hash of the parameters this client holds (None before the first)."""
+        return self.info.hash if self.info else None
+
+    def fetch(self) -> dict[str, np.ndarray] | None:
+        """New parameters if the server has a newer set than ours, else None.
+
+        Never blocks longer than about `timeout`; `last_outcome` says what happened.
+        """
+        self.fetches += 1
+        try:
+            self._sock.send_multipart(wire.encode(wire.FETCH, {"hash": self.hash}))
+            ready = self._sock.poll(int(self.timeout * 1000), zmq.POLLIN)
+        except zmq.ZMQError:
+            ready = 0
+        if not ready:
+            return self._failed()
+        frames = self._sock.recv_multipart(copy=False)
+        msg = wire.try_decode(
+            frames,
+            self.rejects,
+            expect=(wire.PARAMS, wire.UNCHANGED, wire.NO_PARAMS),
+            max_bytes=self._max_bytes,
+            where="fetch reply",
+        )
+        if msg is None:
+            return self._failed(rebuild=False)
+        if self.on_fetch_parameter_success is not None:
+            self.on_fetch_parameter_success()
+        if msg.kind == wire.NO_PARAMS:
+            self.last_outcome = "empty"
+            return None
+        if msg.kind == wire.UNCHANGED:
+            self.last_outcome = "unchanged"
+            return None
+        try:
+            info = _info(msg.meta)
+        except wire.WireError as exc:
+            self.rejects.add(exc, "fetch reply")
+            return self._failed(rebuild=False)
+        self.info = info
+        self.updates += 1
+        self.last_outcome = "new"
+        return msg.arrays
+
+    def _failed(self, rebuild: bool = True) -> None:
+        self.failures += 1
+        self.last_outcome = "failed"
+        if rebuild:
+            self._sock.close(0)
+            self._sock = self._new_socket()
+            self.rebuilds += 1
+        if self.on_fetch_parameter_failed is not None:
+            self.on_fetch_parameter_failed()
+        return None
+
+    def close(self) -> None:
+        """Close the socket."""
+        self._sock.close(0)
+
+
+class FetchSchedule:
+    """When an agent fetches: at each episode start, or every `interval` steps (DESIGN.md §6)."""
+
+    def __init__(self, mode: Literal["episode", "step"], interval: int) -> None:
+        if mode not in ("episode", "step"):
+            raise ValueError(f"fetch mode must be 'episode' or 'step', got {mode!r}")
+        self.mode = mode
+        self.interval = max(1, int(interval))
+        self._steps = 0
+        self._first = True
+
+    def due(self, *, episode_start: bool) -> bool:
+        """Call once per step (before acting); True when a fetch should happen now."""
+        if self._first:
+            self._first = False
+            self._steps = 0
+            return True
+        if self.mode == "episode":
+            return episode_start
+        self._steps += 1
+        if self._steps >= self.interval:
+            self._steps = 0
+            return True
+        return False

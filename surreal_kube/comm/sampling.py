@@ -1,0 +1,303 @@
+"""Sampling: the learner's prefetcher asks, the replay load balancer routes, a ready shard answers.
+
+    learner Prefetcher (DEALER) --replay-sampler--> SamplerBroker (ROUTER | ROUTER)
+        <--replay-sampler-backend-- SampleServer (DEALER) in each shard
+
+Shards announce readiness with credits (`READY`), one per request they are willing to take, and
+only once their start condition holds (e.g. at least 10,000 items), so the broker never hands a
+request to a shard that cannot answer it: the least-recently-ready shard gets the next request.
+Nobody busy-waits: everyone blocks in `poll`.
+
+Requests carry an id and a time-to-live. A request whose shard died, or that waited in the broker
+past its time-to-live, is forgotten by the broker and re-issued by the prefetcher; a late reply is
+still taken (it is data), so nothing is ever stuck.
+
+Backend frames (shard -> broker): `[b"READY"]` or `[b"REPLY", client, *message]`;
+broker -> shard: `[client, *message]`. The broker never decodes array frames.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import queue
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass
+
+import zmq
+
+from surreal_kube.comm import wire
+from surreal_kube.comm.sockets import make_socket
+
+log = logging.getLogger(__name__)
+
+READY = b"READY"
+REPLY = b"REPLY"
+DEFAULT_REQUEST_TTL = 10.0
+MAX_PENDING = 4096
+
+
+@dataclass
+class _Request:
+    client: bytes
+    frames: list[zmq.Frame]
+    deadline: float
+
+
+class SamplerBroker:
+    """The replay load balancer's sampling side: routes learner requests to ready shards."""
+
+    def __init__(self, frontend_bind: str, backend_bind: str) -> None:
+        self.front = make_socket(zmq.ROUTER, bind=frontend_bind, sndhwm=1024, rcvhwm=1024)
+        try:
+            self.back = make_socket(zmq.ROUTER, bind=backend_bind, sndhwm=1024, rcvhwm=1024)
+        except zmq.ZMQError:
+            self.front.close(0)
+            raise
+        self.back.setsockopt(zmq.ROUTER_MANDATORY, 1)
+        self._poller = zmq.Poller()
+        self._poller.register(self.front, zmq.POLLIN)
+        self._poller.register(self.back, zmq.POLLIN)
+        self._credits: deque[bytes] = deque()
+        self._pending: deque[_Request] = deque()
+        self.rejects = wire.Rejects(log)
+        self.requests = 0
+        self.replies = 0
+        self.expired = 0
+        self.shards_seen: set[bytes] = set()
+
+    @property
+    def pending(self) -> int:
+        """Requests waiting for a ready shard."""
+        return len(self._pending)
+
+    @property
+    def credits(self) -> int:
+        """Requests shards are ready to take."""
+        return len(self._credits)
+
+    def poll(self, timeout_ms: int = 100) -> None:
+        """Move whatever arrived; call in a loop."""
+        events = dict(self._poller.poll(timeout_ms))
+        if self.back in events:
+            self._drain_backend()
+        if self.front in events:
+            self._drain_frontend()
+        self._dispatch()
+
+    def _drain_backend(self) -> None:
+        while True:
+            try:
+                frames = self.back.recv_multipart(zmq.NOBLOCK, copy=False)
+            except zmq.Again:
+                return
+            shard = frames[0].bytes
+            tag = frames[1].bytes if len(frames) > 1 else b""
+            if tag == READY and len(frames) == 2:
+                self.shards_seen.add(shard)
+                self._credits.append(shard)
+            elif tag == REPLY and len(frames) >= 4:
+                self.replies += 1
+                self.front.send_multipart(frames[2:], copy=False)
+            else:
+                self.rejects.add(wire.WireError("bad-envelope", "unknown backend frame"), "sampler")
+
+    def _drain_frontend(self) -> None:
+        while True:
+            try:
+                frames = self.front.recv_multipart(zmq.NOBLOCK, copy=False)
+            except zmq.Again:
+                return
+            if len(frames) < 2:
+                self.rejects.add(wire.WireError("truncated", "no message"), "sampler")
+                continue
+            try:
+                header = wire.decode_header(frames[1])
+            except wire.WireError as exc:
+                self.rejects.add(exc, "sampler")
+                continue
+            if header["k"] != wire.SAMPLE or len(frames) != 2:
+                self.rejects.add(wire.WireError("bad-kind", "expected a sample request"), "sampler")
+                continue
+            ttl = header["m"].get("ttl", DEFAULT_REQUEST_TTL)
+            ttl = float(ttl) if isinstance(ttl, (int, float)) and not isinstance(ttl, bool) else 0.0
+            ttl = min(max(ttl, 0.0), 3600.0)
+            self.requests += 1
+            if len(self._pending) >= MAX_PENDING:
+                self._pending.popleft()
+                self.expired += 1
+            self._pending.append(_Request(frames[0].bytes, frames[1:], time.monotonic() + ttl))
+
+    def _dispatch(self) -> None:
+        now = time.monotonic()
+        while self._pending and self._pending[0].deadline < now:
+            self._pending.popleft()
+            self.expired += 1
+        while self._credits and self._pending:
+            shard = self._credits.popleft()
+            req = self._pending.popleft()
+            if req.deadline < now:
+                self.expired += 1
+                self._credits.appendleft(shard)
+                continue
+            try:
+                self.back.send_multipart([shard, req.client, *req.frames], zmq.NOBLOCK, copy=False)
+            except (zmq.Again, zmq.ZMQError):
+                # The shard is gone (EHOSTUNREACH) or jammed: forget its credit, retry the request.
+                self._pending.appendleft(req)
+
+    def close(self) -> None:
+        """Close both sockets."""
+        self.front.close(0)
+        self.back.close(0)
+
+
+class SampleServer:
+    """A replay shard's sampling side: give credits when ready, take requests, send batches."""
+
+    def __init__(self, addr: str) -> None:
+        self.sock = make_socket(zmq.DEALER, connect=addr, sndhwm=1024, rcvhwm=1024)
+        self.rejects = wire.Rejects(log)
+        self.served = 0
+
+    def give_credit(self, n: int = 1) -> None:
+        """Tell the broker this shard can take `n` more requests."""
+        for _ in range(n):
+            self.sock.send(READY)
+
+    def recv_request(self) -> tuple[bytes, int, dict] | None:
+        """A pending request without waiting: (client, batch size, meta), or None."""
+        try:
+            frames = self.sock.recv_multipart(zmq.NOBLOCK, copy=False)
+        except zmq.Again:
+            return None
+        if len(frames) != 2:
+            self.rejects.add(wire.WireError("bad-envelope", "request frames"), "sampler")
+            return None
+        msg = wire.try_decode(frames[1:], self.rejects, expect=(wire.SAMPLE,), max_bytes=0)
+        if msg is None:
+            return None
+        size = msg.meta.get("batch_size")
+        if not isinstance(size, int) or isinstance(size, bool) or not 0 < size <= 1 << 24:
+            self.rejects.add(wire.WireError("bad-meta", "batch_size"), "sampler")
+            return None
+        return frames[0].bytes, size, msg.meta
+
+    def reply(self, client: bytes, meta: dict, arrays: wire.ArrayDict) -> None:
+        """Send a batch to the client that asked (through the broker)."""
+        self.sock.send_multipart(
+            [REPLY, client, *wire.encode(wire.BATCH, meta, arrays)], copy=False
+        )
+        self.served += 1
+
+    def close(self) -> None:
+        """Close the socket."""
+        self.sock.close(0)
+
+
+class Prefetcher:
+    """The learner's side: keeps up to `depth` batches requested or waiting, in a background thread.
+
+    `get()` hands out decoded batches (arrays are views over the received frames). The queue is
+    bounded, so the prefetcher never runs more than `depth` batches ahead of the learner.
+    """
+
+    def __init__(
+        self,
+        addr: str,
+        batch_size: int,
+        *,
+        depth: int = 4,
+        request_ttl: float = DEFAULT_REQUEST_TTL,
+        max_bytes: int = 1 << 31,
+    ) -> None:
+        self.addr = addr
+        self.batch_size = int(batch_size)
+        self.depth = max(1, int(depth))
+        self.request_ttl = request_ttl
+        self._max_bytes = max_bytes
+        self._queue: queue.Queue[wire.Message] = queue.Queue(maxsize=self.depth)
+        self._stop = threading.Event()
+        self._ids = itertools.count()
+        self._in_flight: dict[int, float] = {}
+        self.rejects = wire.Rejects(log)
+        self.received = 0
+        self.reissued = 0
+        self.bytes = 0
+        self._thread = threading.Thread(target=self._run, name="prefetcher", daemon=True)
+
+    def start(self) -> Prefetcher:
+        """Start the background thread."""
+        self._thread.start()
+        return self
+
+    @property
+    def qsize(self) -> int:
+        """Batches ready for the learner."""
+        return self._queue.qsize()
+
+    @property
+    def in_flight(self) -> int:
+        """Requests sent and not yet answered."""
+        return len(self._in_flight)
+
+    def get(self, timeout: float | None = None) -> wire.Message | None:
+        """The next batch message, or None after `timeout` seconds (None: wait forever)."""
+        try:
+            return self._queue.get(timeout=timeout)
+        except queue.Empty:
+            return None
+
+    def _run(self) -> None:
+        sock = make_socket(zmq.DEALER, connect=self.addr, sndhwm=1024, rcvhwm=1024)
+        try:
+            while not self._stop.is_set():
+                self._request_more(sock)
+                if not sock.poll(100, zmq.POLLIN):
+                    continue
+                frames = sock.recv_multipart(copy=False)
+                msg = wire.try_decode(
+                    frames,
+                    self.rejects,
+                    expect=(wire.BATCH,),
+                    max_bytes=self._max_bytes,
+                    where="sample",
+                )
+                if msg is None:
+                    continue
+                rid = msg.meta.get("id")
+                if isinstance(rid, int):
+                    self._in_flight.pop(rid, None)
+                self.received += 1
+                self.bytes += msg.nbytes
+                while not self._stop.is_set():
+                    try:
+                        self._queue.put(msg, timeout=0.1)
+                        break
+                    except queue.Full:
+                        continue
+        finally:
+            sock.close(0)
+
+    def _request_more(self, sock: zmq.Socket) -> None:
+        now = time.monotonic()
+        for rid, deadline in list(self._in_flight.items()):
+            if deadline < now:
+                del self._in_flight[rid]
+                self.reissued += 1
+        while len(self._in_flight) + self._queue.qsize() < self.depth:
+            rid = next(self._ids)
+            meta = {"batch_size": self.batch_size, "id": rid, "ttl": self.request_ttl}
+            try:
+                sock.send_multipart(wire.encode(wire.SAMPLE, meta), zmq.NOBLOCK)
+            except zmq.Again:
+                return
+            self._in_flight[rid] = now + self.request_ttl
+
+    def close(self) -> None:
+        """Stop the thread and close its socket."""
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(2.0)
