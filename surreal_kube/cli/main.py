@@ -12,7 +12,7 @@ import sys
 
 import typer
 
-from surreal_kube.cli import config_cmd, create, topology_cmd
+from surreal_kube.cli import config_cmd, create, lifecycle, topology_cmd
 from surreal_kube.cli.output import err
 from surreal_kube.errors import SurrealKubeError
 
@@ -27,6 +27,11 @@ app = typer.Typer(
 app.command()(create.create)
 app.command()(config_cmd.config)
 app.command()(topology_cmd.topology)
+app.command("list")(lifecycle.list_)
+app.command()(lifecycle.status)
+app.command()(lifecycle.logs)
+app.command()(lifecycle.tb)
+app.command()(lifecycle.delete)
 
 
 def run(argv: list[str] | None = None) -> None:

@@ -85,3 +85,16 @@ def resolve_from_cli(
         "session.maxTimeSeconds": max_time,
     }
     return resolve_experiment(name, spec_files=files or (), flags=flags, sets=sets or ())
+
+
+Root = Annotated[
+    Path | None,
+    typer.Option(
+        "--root",
+        help="Folder of local experiments (default: $SURREAL_KUBE_ROOT, ~/.surreal-kube/experiments).",
+        show_default=False,
+    ),
+]
+Local = Annotated[
+    bool, typer.Option("--local", help="Run every component as a process on this machine.")
+]

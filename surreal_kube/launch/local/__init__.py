@@ -1,0 +1,1 @@
+"""The local backend: every process of an experiment on this machine, supervised."""

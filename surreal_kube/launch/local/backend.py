@@ -1,0 +1,317 @@
+"""Local experiments as a backend: create, list, status, logs, tb and delete by name.
+
+Everything an operation needs is in the experiment folder (config, state file with the ports and
+pids, status files, logs), so a detached experiment is managed exactly like a foreground one.
+Pre-flight checks run before anything is written or started; a refused create leaves nothing.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from surreal_kube.errors import LaunchError, SpecError
+from surreal_kube.experiment.resolve import dump_yaml, experiment_topology, load_experiment_file
+from surreal_kube.experiment.spec import Experiment
+from surreal_kube.launch.local.folder import (
+    ExperimentFolder,
+    default_root,
+    read_json,
+    write_json_atomic,
+)
+from surreal_kube.launch.local.ports import (
+    allocate_ports,
+    port_is_free,
+    ports_in_use_by_experiments,
+    root_lock,
+)
+
+ACTIVE = ("Starting", "Running")
+
+
+def pid_alive(pid: int | None) -> bool:
+    """True when a process with this pid exists (and is not a zombie we own)."""
+    if not pid:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(") ")[-1][:1] != "Z"
+    except OSError:
+        return True
+
+
+@dataclass
+class LocalExperiment:
+    """A local experiment found by name."""
+
+    folder: ExperimentFolder
+    state: dict[str, Any]
+
+    @property
+    def name(self) -> str:
+        return self.folder.name
+
+    @property
+    def running(self) -> bool:
+        """Its supervisor is alive and says so."""
+        return self.state.get("phase") in ACTIVE and pid_alive(self.state.get("supervisor_pid"))
+
+    @property
+    def phase(self) -> str:
+        phase = str(self.state.get("phase", "Unknown"))
+        if phase in ACTIVE and not self.running:
+            return "Lost"  # the supervisor died without writing a final phase
+        return phase
+
+
+def find(name: str, root: Path | None = None) -> LocalExperiment:
+    """The local experiment `name`; LaunchError when there is none."""
+    folder = ExperimentFolder.of(name, root)
+    if not folder.exists():
+        raise LaunchError(f"no local experiment named {name!r} under {folder.path.parent}")
+    return LocalExperiment(folder, read_json(folder.state) or {})
+
+
+def list_experiments(root: Path | None = None) -> list[LocalExperiment]:
+    """Every local experiment under the root, by name."""
+    base = (root or default_root()).expanduser()
+    found = []
+    for config in sorted(base.glob("*/config.yml")):
+        folder = ExperimentFolder(config.parent.resolve())
+        found.append(LocalExperiment(folder, read_json(folder.state) or {}))
+    return found
+
+
+def preflight(exp: Experiment) -> None:
+    """Checks that need no process: the environment exists and can be built here."""
+    from surreal_kube.envs import check_env  # lazy: gymnasium and MuJoCo are heavy
+
+    check_env(exp.spec.env)
+
+
+def prepare(
+    exp: Experiment,
+    *,
+    root: Path | None = None,
+    resume: bool = False,
+    replace: bool = False,
+    restore_from: Path | None = None,
+) -> tuple[Experiment, ExperimentFolder, dict[str, int], float]:
+    """Reserve the name, write the folder and choose ports; returns what the supervisor needs.
+
+    With `resume`, the experiment's saved config is used (only the session budget comes from the
+    command line) and the wall time of earlier runs is carried over.
+    """
+    folder = ExperimentFolder.of(exp.metadata.name, root)
+    if restore_from is not None and not Path(restore_from).is_file():
+        raise SpecError(f"--restore-from: checkpoint {str(restore_from)!r} does not exist")
+    preflight(exp)
+    with root_lock(folder.path.parent):
+        elapsed_before = 0.0
+        if folder.exists():
+            existing = LocalExperiment(folder, read_json(folder.state) or {})
+            if existing.running:
+                raise LaunchError(
+                    f"experiment {exp.metadata.name!r} is already running "
+                    f"(supervisor pid {existing.state.get('supervisor_pid')}); "
+                    f"`surreal-kube delete {exp.metadata.name}` stops it"
+                )
+            if resume:
+                saved = load_experiment_file(folder.config)
+                session = saved.spec.session.model_copy(
+                    update={
+                        "max_env_steps": exp.spec.session.max_env_steps,
+                        "max_time_seconds": exp.spec.session.max_time_seconds,
+                    }
+                )
+                exp = saved.model_copy(
+                    update={"spec": saved.spec.model_copy(update={"session": session})}
+                )
+                elapsed_before = float(existing.state.get("elapsed") or 0.0)
+            elif replace:
+                shutil.rmtree(folder.path)
+            else:
+                raise SpecError(
+                    f"experiment name {exp.metadata.name!r} is already in use at {folder.path}; "
+                    "use --resume to continue it, --replace to start over, or another name"
+                )
+        elif resume:
+            raise SpecError(f"--resume: no experiment named {exp.metadata.name!r} at {folder.path}")
+        topo = experiment_topology(exp)
+        ports = allocate_ports(
+            sorted(topo.binders), ports_in_use_by_experiments(folder.path.parent)
+        )
+        folder.create()
+        folder.config.write_text(dump_yaml(exp))
+        if restore_from is not None:
+            target = folder.checkpoints / Path(restore_from).name
+            if Path(restore_from).resolve() != target.resolve():
+                shutil.copy2(restore_from, target)
+        write_json_atomic(
+            folder.state,
+            {
+                "name": exp.metadata.name,
+                "phase": "Starting",
+                "ports": ports,
+                "elapsed": elapsed_before,
+            },
+        )
+    return exp, folder, ports, elapsed_before
+
+
+def start_detached(folder: ExperimentFolder, timeout: float = 30.0) -> int:
+    """Start the supervisor as a daemon; returns its pid once it reports Running."""
+    log = open(folder.logs / "supervisor.log", "ab")  # noqa: SIM115 - handed to the daemon
+    try:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "surreal_kube.launch.local.daemon", str(folder.path)],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+    finally:
+        log.close()
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        state = read_json(folder.state) or {}
+        if state.get("supervisor_pid") == proc.pid and state.get("phase") in ("Running", "Failed"):
+            return proc.pid
+        if proc.poll() is not None:
+            raise LaunchError(
+                f"the supervisor exited at start (code {proc.returncode}); "
+                f"see {folder.logs / 'supervisor.log'}"
+            )
+        time.sleep(0.1)
+    raise LaunchError(f"the supervisor did not report Running in {timeout:.0f}s; see {folder.logs}")
+
+
+def stop(exp: LocalExperiment, timeout: float = 60.0) -> None:
+    """Stop a running experiment (its supervisor stops its children) and wait."""
+    pid = exp.state.get("supervisor_pid")
+    if exp.running and pid:
+        os.kill(pid, signal.SIGTERM)
+        deadline = time.time() + timeout
+        while time.time() < deadline and pid_alive(pid):
+            time.sleep(0.2)
+    # children left behind by a supervisor that died (or did not stop in time)
+    for info in (exp.state.get("processes") or {}).values():
+        child = info.get("pid")
+        if child and pid_alive(child):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(child, signal.SIGKILL)
+    if pid and pid_alive(pid):
+        os.kill(pid, signal.SIGKILL)
+    _stop_tensorboard(exp.folder)
+
+
+def delete(name: str, root: Path | None = None, keep_files: bool = False) -> LocalExperiment:
+    """Stop the experiment and remove its folder (unless `keep_files`)."""
+    exp = find(name, root)
+    stop(exp)
+    if not keep_files:
+        shutil.rmtree(exp.folder.path)
+    return exp
+
+
+def log_file(exp: LocalExperiment, target: str) -> Path:
+    """The log of `ROLE`, `ROLE/INDEX` or a process name: loggerplex's file, else raw output."""
+    state_procs = exp.state.get("processes") or {}
+    topo = experiment_topology(load_experiment_file(exp.folder.config))
+    names = [p.name for p in topo.processes]
+    role, _, index = target.partition("/")
+    candidates = [target] if target in names else []
+    if not candidates:
+        candidates = [
+            p.name
+            for p in topo.processes
+            if (p.role == role or p.group == role) and (not index or str(p.index) == index)
+        ]
+    if not candidates:
+        raise SpecError(
+            f"no process {target!r} in {exp.name}; valid: {', '.join(names)} "
+            "(or ROLE/INDEX such as agents/0)"
+        )
+    name = candidates[0]
+    for path in (exp.folder.logs / f"{name}.log", exp.folder.logs / f"{name}.out"):
+        if path.is_file():
+            return path
+    if name not in state_procs:
+        raise LaunchError(f"{name} of {exp.name} has not started yet; no log")
+    raise LaunchError(f"{name} of {exp.name} has written no log yet")
+
+
+def tensorboard(exp: LocalExperiment, port: int | None = None) -> str:
+    """URL of the experiment's TensorBoard: the running one, else one started on its folder."""
+    if exp.running and not port:
+        tb_port = (exp.state.get("ports") or {}).get("tensorboard")
+        if tb_port and not port_is_free(int(tb_port)):
+            return f"http://127.0.0.1:{tb_port}/"
+    record = read_json(exp.folder.path / "tensorboard.json") or {}
+    if record.get("pid") and pid_alive(record["pid"]) and (not port or record.get("port") == port):
+        return f"http://127.0.0.1:{record['port']}/"
+    _stop_tensorboard(exp.folder)
+    with root_lock(exp.folder.path.parent):
+        chosen = (
+            port
+            or allocate_ports(["tensorboard"], ports_in_use_by_experiments(exp.folder.path.parent))[
+                "tensorboard"
+            ]
+        )
+        if not port_is_free(chosen):
+            raise LaunchError(
+                f"port {chosen} on 127.0.0.1 is already in use; pick another with --port"
+            )
+        out = open(exp.folder.logs / "tensorboard-viewer.out", "ab")  # noqa: SIM115
+        try:
+            proc = subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "tensorboard.main",
+                    "--logdir",
+                    str(exp.folder.tensorboard),
+                    "--host",
+                    "127.0.0.1",
+                    "--port",
+                    str(chosen),
+                ],
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+            )
+        finally:
+            out.close()
+        write_json_atomic(exp.folder.path / "tensorboard.json", {"pid": proc.pid, "port": chosen})
+    deadline = time.time() + 60
+    while time.time() < deadline:
+        if not port_is_free(chosen):
+            return f"http://127.0.0.1:{chosen}/"
+        if proc.poll() is not None:
+            raise LaunchError(f"tensorboard exited (code {proc.returncode}); see {exp.folder.logs}")
+        time.sleep(0.2)
+    raise LaunchError("tensorboard did not start listening within 60 s")
+
+
+def _stop_tensorboard(folder: ExperimentFolder) -> None:
+    record = read_json(folder.path / "tensorboard.json") or {}
+    pid = record.get("pid")
+    if pid and pid_alive(pid):
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(pid, signal.SIGTERM)
+    (folder.path / "tensorboard.json").unlink(missing_ok=True)

@@ -1,0 +1,326 @@
+"""Starts every process of a local experiment and keeps them alive until the budget is spent.
+
+Each role is its own process group (as a pod would be), started as `surreal-kube-role` with the
+environment the topology derives. A process that dies is restarted with exponential backoff and
+reconnects by itself (ZeroMQ sockets reconnect, the learner restores its newest checkpoint). Every
+restart is logged and counted in the state file, which is also how `status` and `list` see a
+detached experiment.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from surreal_kube.experiment.spec import Experiment
+from surreal_kube.experiment.topology import Process, Topology
+from surreal_kube.launch.local.folder import ExperimentFolder, write_json_atomic
+from surreal_kube.launch.local.progress import Progress, read_progress
+from surreal_kube.launch.local.results import CurveRecorder
+
+log = logging.getLogger("surreal_kube.local")
+
+BACKOFF_MIN = 1.0
+BACKOFF_MAX = 30.0
+HEALTHY_AFTER = 60.0
+"""A process that ran this long is healthy again: its backoff resets."""
+LEARNER_MAX_RESTARTS = 5
+STOP_GRACE = 10.0
+
+# Stop order: producers first, then consumers, metrics sinks last so that they flush everything.
+_STOP_ORDER = (
+    "agents",
+    "eval",
+    "learner",
+    "replay-shard",
+    "replay",
+    "ps-shard",
+    "ps",
+    "tensorboard",
+    "loggerplex",
+    "tensorplex",
+)
+
+
+@dataclass
+class Child:
+    """Bookkeeping of one supervised process."""
+
+    process: Process
+    popen: subprocess.Popen[bytes] | None = None
+    restarts: int = 0
+    state: str = "pending"
+    started_at: float = 0.0
+    next_start: float = 0.0
+    backoff: float = BACKOFF_MIN
+    last_exit: int | None = None
+    history: list[str] = field(default_factory=list)
+
+
+class Supervisor:
+    """Runs one experiment's processes (see the module docstring)."""
+
+    def __init__(
+        self,
+        exp: Experiment,
+        topology: Topology,
+        folder: ExperimentFolder,
+        ports: dict[str, int],
+        *,
+        python: str = sys.executable,
+    ) -> None:
+        self.exp = exp
+        self.topology = topology
+        self.folder = folder
+        self.ports = ports
+        self.python = python
+        self.addresses = topology.addresses_local(ports)
+        self.children = {p.name: Child(p) for p in topology.processes}
+        self.phase = "Starting"
+        self.reason = ""
+        self.started = time.time()
+        self.elapsed_before = 0.0
+        self.stop_requested = False
+        self.curve = CurveRecorder(folder.results / "curve.jsonl")
+        self.progress = Progress()
+
+    # ------------------------------------------------------------------ processes
+
+    def environment(self, proc: Process) -> dict[str, str]:
+        """The full environment of a child: ours, the topology's, and sane thread counts."""
+        env = dict(os.environ)
+        env.update(
+            self.topology.environment(
+                proc,
+                self.addresses,
+                config_path=str(self.folder.config),
+                experiment_dir=str(self.folder.path),
+            )
+        )
+        env.setdefault("OMP_NUM_THREADS", "1")
+        env.setdefault("MKL_NUM_THREADS", "1")
+        env["PYTHONUNBUFFERED"] = "1"
+        return env
+
+    def command(self, proc: Process) -> list[str]:
+        """How a role is started: the role entry point of this very interpreter."""
+        return [self.python, "-m", "surreal_kube.runtime", proc.role, "--id", str(proc.index)]
+
+    def _spawn(self, child: Child) -> None:
+        proc = child.process
+        out = open(self.folder.logs / f"{proc.name}.out", "ab")  # noqa: SIM115 - owned by the child
+        try:
+            child.popen = subprocess.Popen(
+                self.command(proc),
+                env=self.environment(proc),
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,  # its own process group, signalled as a unit
+                cwd=self.folder.path,
+            )
+        finally:
+            out.close()
+        child.started_at = time.time()
+        child.state = "running"
+
+    def start(self) -> None:
+        """Start every process, in topology order."""
+        self.folder.create()
+        for child in self.children.values():
+            self._spawn(child)
+        self.phase = "Running"
+        self.write_state()
+
+    def poll(self) -> None:
+        """One supervision step: notice exits, restart with backoff, refresh progress."""
+        now = time.time()
+        for child in self.children.values():
+            if child.state == "running" and child.popen is not None:
+                code = child.popen.poll()
+                if code is None:
+                    if now - child.started_at > HEALTHY_AFTER:
+                        child.backoff = BACKOFF_MIN
+                    continue
+                child.last_exit = code
+                self._on_exit(child, code, now)
+            elif child.state == "backoff" and now >= child.next_start and not self.stop_requested:
+                log.warning("restarting %s (restart %d)", child.process.name, child.restarts)
+                self._spawn(child)
+        self.progress = read_progress(self.folder.status)
+        self.curve.record(self.progress, self.elapsed())
+        self.write_state()
+
+    def _on_exit(self, child: Child, code: int, now: float) -> None:
+        name = child.process.name
+        how = f"signal {-code}" if code < 0 else f"exit code {code}"
+        if child.process.role == "learner" and child.restarts >= LEARNER_MAX_RESTARTS:
+            child.state = "failed"
+            self.phase = "Failed"
+            self.reason = f"learner exhausted its {LEARNER_MAX_RESTARTS} restarts (last: {how})"
+            log.error("%s", self.reason)
+            self.stop_requested = True
+            return
+        child.restarts += 1
+        child.state = "backoff"
+        child.next_start = now + child.backoff
+        child.history.append(f"{time.strftime('%H:%M:%S')} {how}")
+        log.warning("%s died (%s); restarting in %.0fs", name, how, child.backoff)
+        child.backoff = min(BACKOFF_MAX, child.backoff * 2)
+
+    # ------------------------------------------------------------------ budget and stop
+
+    def elapsed(self) -> float:
+        """Wall time of this experiment, including earlier runs when resumed."""
+        return self.elapsed_before + (time.time() - self.started)
+
+    def budget_reached(self) -> str | None:
+        """Why the run should end now, or None."""
+        session = self.exp.spec.session
+        if session.max_env_steps is not None and self.progress.env_steps >= session.max_env_steps:
+            return f"reached {session.max_env_steps} env steps"
+        if session.max_time_seconds is not None and self.elapsed() >= session.max_time_seconds:
+            return f"reached {session.max_time_seconds:g} s of wall time"
+        return None
+
+    def run(self, tick: Callable[[Supervisor], None] | None = None, period: float = 1.0) -> str:
+        """Supervise until the budget is reached, a stop is requested or the learner fails."""
+        while not self.stop_requested:
+            self.poll()
+            if tick is not None:
+                tick(self)
+            reason = self.budget_reached()
+            if reason:
+                self.phase, self.reason = "Succeeded", reason
+                break
+            time.sleep(period)
+        if self.phase not in ("Succeeded", "Failed"):
+            self.phase = "Stopped"
+            self.reason = self.reason or "stopped by request"
+        return self.reason
+
+    def request_stop(self, *_: object) -> None:
+        """Signal handler: finish the current step, then stop everything."""
+        self.stop_requested = True
+
+    def stop(self) -> None:
+        """Stop every process group: SIGTERM in order, SIGKILL what is left after a grace period."""
+        order = {role: i for i, role in enumerate(_STOP_ORDER)}
+        children = sorted(self.children.values(), key=lambda c: order.get(c.process.role, 99))
+        for child in children:
+            if child.popen is not None and child.popen.poll() is None:
+                _signal_group(child.popen.pid, signal.SIGTERM)
+        deadline = time.time() + STOP_GRACE
+        for child in children:
+            if child.popen is None:
+                continue
+            try:
+                child.popen.wait(timeout=max(0.1, deadline - time.time()))
+            except subprocess.TimeoutExpired:
+                log.warning("%s ignored SIGTERM; killing it", child.process.name)
+            _signal_group(child.popen.pid, signal.SIGKILL)  # also any grandchildren left behind
+            if child.popen.poll() is None:
+                child.popen.wait(timeout=5)
+            if child.state != "failed":
+                child.state = "stopped"
+        self.progress = read_progress(self.folder.status)
+        self.curve.record(self.progress, self.elapsed(), force=True)
+        self.write_state()
+
+    # ------------------------------------------------------------------ state file
+
+    def state_dict(self) -> dict[str, object]:
+        """What `status`, `list` and `delete` read about this experiment."""
+        return {
+            "name": self.exp.metadata.name,
+            "phase": self.phase,
+            "reason": self.reason,
+            "supervisor_pid": os.getpid(),
+            "started": self.started,
+            "elapsed": self.elapsed(),
+            "ports": self.ports,
+            "env_steps": self.progress.env_steps,
+            "learner_iteration": self.progress.learner_iteration,
+            "eval_return": self.progress.eval_return,
+            "processes": {
+                name: {
+                    "role": c.process.role,
+                    "pid": c.popen.pid if c.popen is not None else None,
+                    "state": c.state,
+                    "restarts": c.restarts,
+                    "last_exit": c.last_exit,
+                    "history": c.history[-10:],
+                }
+                for name, c in self.children.items()
+            },
+        }
+
+    def write_state(self) -> None:
+        """Persist the state file atomically."""
+        write_json_atomic(self.folder.state, self.state_dict())
+
+    def total_restarts(self) -> int:
+        """Restarts over all processes."""
+        return sum(c.restarts for c in self.children.values())
+
+
+def _signal_group(pid: int, sig: signal.Signals) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pid, sig)
+
+
+def tensorboard_url(state: dict[str, object]) -> str | None:
+    """The URL of a running experiment's TensorBoard, from its state file."""
+    ports = state.get("ports") or {}
+    port = ports.get("tensorboard") if isinstance(ports, dict) else None
+    return f"http://127.0.0.1:{port}/" if port else None
+
+
+def supervise(
+    exp: Experiment,
+    folder: ExperimentFolder,
+    ports: dict[str, int],
+    *,
+    elapsed_before: float = 0.0,
+    tick: Callable[[Supervisor], None] | None = None,
+) -> tuple[Supervisor, Path]:
+    """Run an experiment to its end (budget, stop request or failure), stop it, write results.
+
+    SIGINT and SIGTERM request a clean stop; the processes are always stopped, even on errors.
+    """
+    from surreal_kube.experiment.resolve import experiment_topology
+    from surreal_kube.launch.local.results import write_results
+
+    sup = Supervisor(exp, experiment_topology(exp), folder, ports)
+    sup.elapsed_before = elapsed_before
+    previous = {s: signal.signal(s, sup.request_stop) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        sup.start()
+        sup.run(tick)
+    except BaseException as exc:
+        sup.phase, sup.reason = "Failed", f"supervisor error: {type(exc).__name__}: {exc}"
+        raise
+    finally:
+        sup.stop()
+        picture = write_results(
+            folder.results,
+            name=exp.metadata.name,
+            phase=sup.phase,
+            reason=sup.reason,
+            env_steps=sup.progress.env_steps,
+            elapsed=sup.elapsed(),
+            restarts={n: c.restarts for n, c in sup.children.items() if c.restarts},
+            learner_iteration=sup.progress.learner_iteration,
+        )
+        sup.write_state()
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+    return sup, picture
