@@ -1,0 +1,122 @@
+"""The supervisor's own mechanics with real OS processes: restarts, backoff, budgets, clean stop.
+
+The roles are replaced by plain shell commands here on purpose: these tests are about process
+supervision; the real roles are exercised end to end in test_local_experiment.py.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+from surreal_kube.experiment.resolve import experiment_topology, resolve_experiment
+from surreal_kube.launch.local import supervisor as sv
+from surreal_kube.launch.local.folder import ExperimentFolder, read_json, write_json_atomic
+from surreal_kube.launch.local.ports import (
+    allocate_ports,
+    port_is_free,
+    ports_in_use_by_experiments,
+)
+
+
+class ShellSupervisor(sv.Supervisor):
+    """Runs `commands[role]` instead of the role entry point."""
+
+    commands: dict[str, list[str]] = {}
+
+    def command(self, proc):  # type: ignore[override]
+        return self.commands.get(proc.role, ["sleep", "60"])
+
+
+def make(tmp_path: Path, sets: list[str], commands: dict[str, list[str]]) -> ShellSupervisor:
+    exp = resolve_experiment("sup", sets=sets)
+    topo = experiment_topology(exp)
+    folder = ExperimentFolder(tmp_path / "sup")
+    folder.create()
+    ports = allocate_ports(sorted(topo.binders), set())
+    sup = ShellSupervisor(exp, topo, folder, ports)
+    sup.commands = commands
+    return sup
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def test_crashed_process_is_restarted_with_backoff_and_counted(tmp_path: Path) -> None:
+    sup = make(tmp_path, ["session.maxTimeSeconds=5"], {"eval": ["sh", "-c", "exit 3"]})
+    sup.start()
+    try:
+        sup.run(period=0.2)
+    finally:
+        sup.stop()
+    ev = sup.children["evals-0"]
+    assert ev.restarts >= 2  # 1 s then 2 s backoff within 5 s
+    assert ev.last_exit == 3
+    assert all(c.restarts == 0 for n, c in sup.children.items() if n != "evals-0")
+    state = read_json(sup.folder.state)
+    assert state["processes"]["evals-0"]["restarts"] == ev.restarts
+    assert state["phase"] == "Succeeded" and state["reason"] == "reached 5 s of wall time"
+
+
+def test_learner_that_keeps_dying_fails_the_experiment(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setattr(sv, "BACKOFF_MIN", 0.05)
+    monkeypatch.setattr(sv, "LEARNER_MAX_RESTARTS", 2)
+    sup = make(tmp_path, ["session.maxTimeSeconds=30"], {"learner": ["sh", "-c", "exit 1"]})
+    sup.children["learner"].backoff = 0.05
+    sup.start()
+    try:
+        sup.run(period=0.1)
+    finally:
+        sup.stop()
+    assert sup.phase == "Failed"
+    assert "learner exhausted its 2 restarts" in sup.reason
+
+
+def test_stop_leaves_no_process_and_frees_ports(tmp_path: Path) -> None:
+    # a child that ignores SIGTERM and has a grandchild: both must go
+    stubborn = ["sh", "-c", "trap '' TERM; sleep 60 & wait"]
+    sup = make(tmp_path, [], {"tensorplex": stubborn})
+    sup.start()
+    pids = [c.popen.pid for c in sup.children.values()]
+    assert all(alive(p) for p in pids)
+    time.sleep(0.3)
+    stubborn_pid = sup.children["tensorplex"].popen.pid
+    grandchildren = [int(x) for x in os.popen(f"pgrep -P {stubborn_pid}").read().split()]
+    assert grandchildren, "the stubborn child should have started its sleep"
+    monkey_grace = sv.STOP_GRACE
+    sv.STOP_GRACE = 1.0
+    try:
+        sup.stop()
+    finally:
+        sv.STOP_GRACE = monkey_grace
+    time.sleep(0.2)
+    assert not any(alive(p) for p in pids + grandchildren)
+    assert all(port_is_free(p) for p in sup.ports.values())
+
+
+def test_environment_has_the_topology_and_single_threaded_math(tmp_path: Path) -> None:
+    sup = make(tmp_path, [], {})
+    env = sup.environment(sup.topology.process("agents-1"))
+    assert env["SURREAL_ROLE"] == "agents" and env["SURREAL_INDEX"] == "1"
+    assert env["SURREAL_PS_SERVE_ADDR"] == f"tcp://127.0.0.1:{sup.ports['ps-serve']}"
+    assert env["SURREAL_CONFIG"] == str(sup.folder.config)
+    assert env["OMP_NUM_THREADS"] == "1"
+    assert sup.command(sup.topology.process("learner")) == ["sleep", "60"]
+    assert sv.Supervisor.command(sup, sup.topology.process("agents-1"))[-3:] == ["agents", "--id", "1"]
+
+
+def test_two_experiments_never_share_a_port(tmp_path: Path) -> None:
+    root = tmp_path / "root"
+    first = allocate_ports([f"e{i}" for i in range(10)], set())
+    write_json_atomic(root / "one" / "state.json", {"phase": "Running", "ports": first})
+    used = ports_in_use_by_experiments(root)
+    assert used == set(first.values())
+    second = allocate_ports([f"e{i}" for i in range(10)], used)
+    assert not set(first.values()) & set(second.values())
+    assert len(set(second.values())) == 10
