@@ -9,9 +9,11 @@ from __future__ import annotations
 import os
 import time
 from pathlib import Path
+from typing import ClassVar
 
 from surreal_kube.experiment.resolve import experiment_topology, resolve_experiment
 from surreal_kube.launch.local import supervisor as sv
+from surreal_kube.launch.local.backend import pid_alive
 from surreal_kube.launch.local.folder import ExperimentFolder, read_json, write_json_atomic
 from surreal_kube.launch.local.ports import (
     allocate_ports,
@@ -23,7 +25,7 @@ from surreal_kube.launch.local.ports import (
 class ShellSupervisor(sv.Supervisor):
     """Runs `commands[role]` instead of the role entry point."""
 
-    commands: dict[str, list[str]] = {}
+    commands: ClassVar[dict[str, list[str]]] = {}
 
     def command(self, proc):  # type: ignore[override]
         return self.commands.get(proc.role, ["sleep", "60"])
@@ -40,13 +42,7 @@ def make(tmp_path: Path, sets: list[str], commands: dict[str, list[str]]) -> She
     return sup
 
 
-def alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return True
-
+alive = pid_alive  # zombies waiting for init to reap them count as gone
 
 def test_crashed_process_is_restarted_with_backoff_and_counted(tmp_path: Path) -> None:
     sup = make(tmp_path, ["session.maxTimeSeconds=5"], {"eval": ["sh", "-c", "exit 3"]})
