@@ -1,0 +1,147 @@
+"""Running observation and reward filters.
+
+The learner owns the statistics and publishes them inside its parameters, so every agent normalizes
+exactly as the learner does. Statistics are kept as (count, mean, M2) in float64 and combined with
+Chan et al.'s parallel formula, which makes `merge` exact: merging the filters of two streams gives
+the same result as one filter that saw both. (The original RewardFilter overwrote its sum of squares
+on every update, so its variance drifted; here the update is the same merge as everywhere else.)
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from surreal_kube.rl.interfaces import ArrayDict
+
+
+class RunningMeanStd:
+    """Mean and variance of a stream of arrays of a fixed shape, exactly mergeable."""
+
+    def __init__(self, shape: tuple[int, ...] = ()) -> None:
+        self.shape = tuple(shape)
+        self.count = 0.0
+        self.mean = np.zeros(self.shape, dtype=np.float64)
+        self.m2 = np.zeros(self.shape, dtype=np.float64)
+
+    def update(self, x: np.ndarray) -> None:
+        """Add a batch: `x` has shape (N, *shape) (or `shape` itself for a single sample)."""
+        x = np.asarray(x, dtype=np.float64)
+        if x.shape == self.shape:
+            x = x[None]
+        x = x.reshape((-1, *self.shape))
+        n = x.shape[0]
+        if n == 0:
+            return
+        mean = x.mean(axis=0)
+        m2 = ((x - mean) ** 2).sum(axis=0)
+        self._combine(float(n), mean, m2)
+
+    def merge(self, other: RunningMeanStd) -> None:
+        """Fold another stream's statistics into this one (exact)."""
+        if other.shape != self.shape:
+            raise ValueError(f"shape mismatch: {self.shape} vs {other.shape}")
+        if other.count:
+            self._combine(other.count, other.mean, other.m2)
+
+    def _combine(self, n: float, mean: np.ndarray, m2: np.ndarray) -> None:
+        total = self.count + n
+        delta = mean - self.mean
+        self.mean = self.mean + delta * (n / total)
+        self.m2 = self.m2 + m2 + delta**2 * (self.count * n / total)
+        self.count = total
+
+    @property
+    def var(self) -> np.ndarray:
+        """Population variance (zero before any sample)."""
+        if self.count == 0:
+            return np.zeros(self.shape)
+        return self.m2 / self.count
+
+    @property
+    def std(self) -> np.ndarray:
+        """Population standard deviation."""
+        return np.sqrt(self.var)
+
+    def to_arrays(self, prefix: str) -> ArrayDict:
+        """The statistics as flat arrays (for parameters and checkpoints)."""
+        return {
+            f"{prefix}/count": np.array([self.count], dtype=np.float64),
+            f"{prefix}/mean": self.mean.copy(),
+            f"{prefix}/m2": self.m2.copy(),
+        }
+
+    def load_arrays(self, arrays: dict[str, Any], prefix: str) -> None:
+        """Adopt statistics written by `to_arrays` (numpy arrays or tensors)."""
+        self.count = float(np.asarray(arrays[f"{prefix}/count"]).reshape(-1)[0])
+        self.mean = np.array(arrays[f"{prefix}/mean"], dtype=np.float64).reshape(self.shape)
+        self.m2 = np.array(arrays[f"{prefix}/m2"], dtype=np.float64).reshape(self.shape)
+
+
+class ZFilter(RunningMeanStd):
+    """Whitens observations with running statistics and clamps them at ±`clip` sigma.
+
+    Clamping keeps a rare outlier (or the first few samples, when the variance estimate is poor)
+    from saturating the network.
+    """
+
+    def __init__(self, shape: tuple[int, ...], clip: float = 5.0, eps: float = 1e-5) -> None:
+        super().__init__(shape)
+        self.clip = float(clip)
+        self.eps = float(eps)
+
+    @property
+    def running_mean(self) -> np.ndarray:
+        """Current running mean (for metrics)."""
+        return self.mean
+
+    @property
+    def running_square_mean(self) -> np.ndarray:
+        """Current running mean of squares (for metrics)."""
+        return self.var + self.mean**2
+
+    @property
+    def running_std(self) -> np.ndarray:
+        """Current running standard deviation (for metrics)."""
+        return self.std
+
+    def normalize(self, x: np.ndarray) -> np.ndarray:
+        """(x - mean) / (std + eps), clamped to ±clip; identity before any statistics exist."""
+        if self.count == 0:
+            return np.asarray(x, dtype=np.float32)
+        out = (np.asarray(x, dtype=np.float64) - self.mean) / (self.std + self.eps)
+        return np.clip(out, -self.clip, self.clip).astype(np.float32)
+
+    def mean_std_f32(self) -> tuple[np.ndarray, np.ndarray]:
+        """Mean and (std + eps) as float32, for normalizing on a torch device."""
+        if self.count == 0:
+            return np.zeros(self.shape, np.float32), np.ones(self.shape, np.float32)
+        return self.mean.astype(np.float32), (self.std + self.eps).astype(np.float32)
+
+
+class RewardFilter(RunningMeanStd):
+    """Whitens rewards with their running standard deviation.
+
+    By default rewards are only scaled, not centred: subtracting the mean reward would change which
+    policy is optimal in episodic tasks (an 'alive' bonus becomes worthless). Pass `center=True`
+    for full whitening.
+    """
+
+    def __init__(self, eps: float = 1e-8, center: bool = False, clip: float | None = None) -> None:
+        super().__init__(())
+        self.eps = float(eps)
+        self.center = center
+        self.clip = clip
+
+    def normalize(self, rewards: np.ndarray) -> np.ndarray:
+        """Rewards divided by the running std (and centred if configured)."""
+        r = np.asarray(rewards, dtype=np.float64)
+        if self.count == 0:
+            return r.astype(np.float32)
+        if self.center:
+            r = r - self.mean
+        r = r / (self.std + self.eps)
+        if self.clip is not None:
+            r = np.clip(r, -self.clip, self.clip)
+        return r.astype(np.float32)

@@ -1,0 +1,500 @@
+"""PPO: the agent-side actor and the learner (clipped or adaptive-KL surrogate).
+
+The learner consumes batches of sub-trajectories (see `trajectory.py`): it whitens observations
+with its ZFilter (whose statistics it publishes with the weights), computes values and GAE over each
+window, then runs `epochs_policy` policy epochs and `epochs_baseline` critic epochs. A reference
+copy of the policy, refreshed every `exp_interval` env steps, measures how far the policy moved
+(KL): that distance drives early stopping, the adaptive-KL penalty, and the adaptation of the clip
+range / penalty coefficient at each refresh.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any, Literal
+
+import gymnasium as gym
+import numpy as np
+import torch
+
+from surreal_kube.rl import losses
+from surreal_kube.rl.config import PPOConfig
+from surreal_kube.rl.distributions import Categorical, DiagGaussian, Distribution
+from surreal_kube.rl.filters import RewardFilter, ZFilter
+from surreal_kube.rl.gae import gae, normalize_advantages
+from surreal_kube.rl.interfaces import ArrayDict
+from surreal_kube.rl.models import NumpyMLP, PPOModel
+from surreal_kube.rl.observations import canonical, flatten_obs, obs_shapes, unflatten_obs
+from surreal_kube.rl.params import arrays_to_state, state_to_arrays
+from surreal_kube.rl.schedules import schedule_from_config
+from surreal_kube.rl.trajectory import SubTrajectoryWriter
+
+ActorMode = Literal["train", "eval_deterministic", "eval_stochastic"]
+
+
+def make_distribution(action_space: gym.Space) -> Distribution:
+    """Diagonal Gaussian for Box actions, categorical for Discrete."""
+    if isinstance(action_space, gym.spaces.Discrete):
+        return Categorical(int(action_space.n))
+    if isinstance(action_space, gym.spaces.Box) and len(action_space.shape) == 1:
+        return DiagGaussian(int(action_space.shape[0]))
+    raise ValueError(f"PPO supports Discrete and 1-D Box action spaces, got {action_space}")
+
+
+def build_model(config: PPOConfig, obs_space: gym.Space, action_space: gym.Space) -> PPOModel:
+    """The actor-critic a config describes, for these spaces."""
+    dist = make_distribution(action_space)
+    action_dim = 1 if dist.discrete else dist.info_dim // 2
+    return PPOModel(
+        obs_shapes(obs_space),
+        dist.info_dim,
+        action_dim,
+        dist.discrete,
+        config.hidden_sizes,
+        config.init_log_sig,
+        config.rnn,
+        config.cnn,
+    )
+
+
+def _z_filter(config: PPOConfig, obs_space: gym.Space) -> ZFilter | None:
+    shapes = obs_shapes(obs_space)
+    if not config.use_z_filter or "low_dim" not in shapes:
+        return None
+    return ZFilter(shapes["low_dim"], clip=config.z_filter_clip)
+
+
+class PPOActor:
+    """Acts with the newest published policy and emits sub-trajectories (train mode only)."""
+
+    def __init__(
+        self,
+        config: PPOConfig,
+        obs_space: gym.Space,
+        action_space: gym.Space,
+        mode: ActorMode = "train",
+        seed: int | None = None,
+        device: torch.device | str = "cpu",
+    ) -> None:
+        self.config = config
+        self.mode = mode
+        self.device = torch.device(device)
+        self.dist = make_distribution(action_space)
+        self.model = build_model(config, obs_space, action_space).to(self.device).eval()
+        self.z_filter = _z_filter(config, obs_space)
+        self.rng = np.random.default_rng(seed)
+        self.writer = SubTrajectoryWriter(config.horizon, config.stride)
+        self._low = self._high = None
+        if isinstance(action_space, gym.spaces.Box):
+            self._low, self._high = action_space.low, action_space.high
+        self.parameters_iteration = -1
+        # Plain MLP policies on the CPU act through a numpy copy (see NumpyMLP): same numbers,
+        # several times faster per observation.
+        self._fast = (
+            self.device.type == "cpu"
+            and self.model.rnn is None
+            and self.model.encoder.cnn is None
+        )
+        self._refresh_fast()
+        self.reset()
+
+    def _refresh_fast(self) -> None:
+        if self._fast:
+            self._np_actor = NumpyMLP(self.model.actor)
+            log_std = self.model.log_std
+            self._np_log_std = None if log_std is None else log_std.detach().numpy().copy()
+
+    def reset(self) -> None:
+        """New episode: zero LSTM state, drop partial windows."""
+        self._state = self.model.initial_state(1, self.device)
+        self._pending: dict[str, Any] | None = None
+        self.writer.reset()
+
+    def load_parameters(self, params: ArrayDict) -> None:
+        """Adopt the learner's policy weights and ZFilter statistics."""
+        state = arrays_to_state(params, "model")
+        missing, unexpected = self.model.load_state_dict(state, strict=False)
+        if unexpected or any(not k.startswith("critic.") for k in missing):
+            raise ValueError(
+                f"parameters do not fit this model: missing {missing}, extra {unexpected}"
+            )
+        if self.z_filter is not None:
+            self.z_filter.load_arrays(params, "z_filter")
+        if "meta/iteration" in params:
+            self.parameters_iteration = int(params["meta/iteration"][0])
+        self._refresh_fast()
+
+    def _policy_info(self, parts: dict[str, np.ndarray]) -> np.ndarray:
+        if self._fast:
+            x = parts["low_dim"].astype(np.float32).reshape(-1)
+            if self.z_filter is not None:
+                x = self.z_filter.normalize(x)
+            out = self._np_actor(x)
+            if self._np_log_std is None:
+                return out
+            return np.concatenate([out, self._np_log_std])
+        features, self._state = self.model.features(self._model_input(parts), self._state)
+        return self.model.policy_info(features)[0, 0].cpu().numpy()
+
+    def _model_input(self, obs: dict[str, np.ndarray]) -> dict[str, torch.Tensor]:
+        out = {}
+        for key, value in obs.items():
+            if key == "low_dim" and self.z_filter is not None:
+                value = self.z_filter.normalize(value)
+            out[key] = torch.as_tensor(value, device=self.device)[None, None]
+        return out
+
+    @torch.inference_mode()
+    def act(self, obs: Any) -> np.ndarray:
+        """Sample (train, eval_stochastic) or take the mode (eval_deterministic) of the policy."""
+        parts = canonical(obs)
+        state_before = self._state
+        info = self._policy_info(parts)
+        if self.mode == "eval_deterministic":
+            action = self.dist.mode_np(info)
+        else:
+            action = self.dist.sample_np(info, self.rng)
+        if self.mode == "train":
+            extras = {}
+            if state_before is not None and self.writer.opens_window:
+                extras = {
+                    "rnn_h": state_before[0][:, 0].cpu().numpy(),
+                    "rnn_c": state_before[1][:, 0].cpu().numpy(),
+                }
+            self._pending = {
+                "action": action,
+                "logp": self.dist.log_prob_np(info, action),
+                "info": info.astype(np.float32),
+                "extras": extras,
+            }
+        if self._low is not None:
+            # The raw sample is what the policy scores; the env gets it clipped to its bounds.
+            return np.clip(action, self._low, self._high).astype(np.float32)
+        return action
+
+    def observe(
+        self,
+        obs: Any,
+        action: np.ndarray,
+        reward: float,
+        next_obs: Any,
+        terminated: bool,
+        truncated: bool,
+    ) -> list[ArrayDict]:
+        """Record the step that followed the last `act`; returns finished sub-trajectories."""
+        done = terminated or truncated
+        if self.mode != "train":
+            if done:
+                self.reset()
+            return []
+        pending = self._pending
+        if pending is None:
+            raise RuntimeError("observe() must follow act(): the actor records what it sampled")
+        self._pending = None
+        step = flatten_obs("obs", obs)
+        step["actions"] = np.asarray(pending["action"])
+        step["rewards"] = np.array(reward, dtype=np.float32)
+        step["terminals"] = np.array(float(terminated), dtype=np.float32)
+        step["behaviour_logp"] = np.asarray(pending["logp"], dtype=np.float32)
+        step["action_info"] = pending["info"]
+        items = self.writer.add(step, flatten_obs("bootstrap", next_obs), done, pending["extras"])
+        if done:
+            self.reset()
+        return items
+
+
+class PPOLearner:
+    """The PPO update on batches of sub-trajectories; see module docstring."""
+
+    def __init__(
+        self,
+        config: PPOConfig,
+        obs_space: gym.Space,
+        action_space: gym.Space,
+        device: torch.device | str = "cpu",
+        seed: int | None = None,
+    ) -> None:
+        if seed is not None:
+            torch.manual_seed(seed)
+        self.config = config
+        self.device = torch.device(device)
+        self.dist = make_distribution(action_space)
+        self.model = build_model(config, obs_space, action_space).to(self.device)
+        self.ref_model = copy.deepcopy(self.model).requires_grad_(False)
+        self.opt_policy = torch.optim.Adam(self.model.actor_parameters(), lr=config.lr_policy)
+        self.opt_baseline = torch.optim.Adam(self.model.critic_parameters(), lr=config.lr_baseline)
+        self.lr_scale = schedule_from_config(config.lr_schedule, 1.0)
+        self.z_filter = _z_filter(config, obs_space)
+        self.r_filter = RewardFilter() if config.use_r_filter else None
+        self.clip_epsilon = config.clip_epsilon
+        self.beta = config.beta_init
+        self.iteration = 0
+        self.env_steps = 0
+        self.steps_since_ref = 0
+        self.last_kl = 0.0
+
+    # -- parameters ------------------------------------------------------------------------------
+
+    def parameters(self) -> ArrayDict:
+        """Policy weights (`model/...`), ZFilter statistics (`z_filter/...`), `meta/iteration`."""
+        params = state_to_arrays(self.model.actor_state_dict(), "model")
+        if self.z_filter is not None:
+            params.update(self.z_filter.to_arrays("z_filter"))
+        params["meta/iteration"] = np.array([self.iteration], dtype=np.int64)
+        return params
+
+    def state_dict(self) -> dict[str, Any]:
+        """Everything to resume: weights, optimizers, filters and adaptive coefficients."""
+        state: dict[str, Any] = {
+            "model": self.model.state_dict(),
+            "ref_model": self.ref_model.state_dict(),
+            "opt_policy": self.opt_policy.state_dict(),
+            "opt_baseline": self.opt_baseline.state_dict(),
+            "clip_epsilon": self.clip_epsilon,
+            "beta": self.beta,
+            "iteration": self.iteration,
+            "env_steps": self.env_steps,
+            "steps_since_ref": self.steps_since_ref,
+            "last_kl": self.last_kl,
+        }
+        for name, filt in (("z_filter", self.z_filter), ("r_filter", self.r_filter)):
+            if filt is not None:
+                state[name] = {k: torch.from_numpy(v) for k, v in filt.to_arrays(name).items()}
+        return state
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore from `state_dict` output."""
+        self.model.load_state_dict(state["model"])
+        self.ref_model.load_state_dict(state["ref_model"])
+        self.opt_policy.load_state_dict(state["opt_policy"])
+        self.opt_baseline.load_state_dict(state["opt_baseline"])
+        for key in ("clip_epsilon", "beta", "last_kl"):
+            setattr(self, key, float(state[key]))
+        for key in ("iteration", "env_steps", "steps_since_ref"):
+            setattr(self, key, int(state[key]))
+        for name, filt in (("z_filter", self.z_filter), ("r_filter", self.r_filter)):
+            if filt is not None and name in state:
+                filt.load_arrays(state[name], name)
+
+    # -- learning --------------------------------------------------------------------------------
+
+    def _tensor(self, x: np.ndarray, dtype: torch.dtype | None = None) -> torch.Tensor:
+        return torch.as_tensor(x, device=self.device, dtype=dtype)
+
+    def _prepare(self, batch: ArrayDict) -> dict[str, Any]:
+        """Filters, the observation sequence with the bootstrap obs spliced in, masks, actions."""
+        mask = batch["mask"].astype(np.float32)
+        train_mask = batch["train_mask"].astype(np.float32)
+        b, h = mask.shape
+        lengths = mask.sum(axis=1).astype(np.int64)
+        obs = unflatten_obs("obs", batch)
+        boot = unflatten_obs("bootstrap", batch)
+        seq = {}
+        for key, value in obs.items():
+            # (B, H+1, ...): the valid prefix, then the bootstrap observation right after it, so an
+            # LSTM reaches it with the right hidden state; positions after that are padding.
+            ext = np.concatenate([value, np.zeros_like(value[:, :1])], axis=1)
+            ext[np.arange(b), lengths] = boot[key]
+            seq[key] = ext
+        if self.z_filter is not None and "low_dim" in seq:
+            owned = obs["low_dim"][train_mask > 0]
+            self.z_filter.update(owned)
+            mean, std = self.z_filter.mean_std_f32()
+            clip = self.z_filter.clip
+            low = (seq["low_dim"].astype(np.float32) - mean) / std
+            seq["low_dim"] = np.clip(low, -clip, clip)
+        rewards = batch["rewards"].astype(np.float32)
+        if self.r_filter is not None:
+            self.r_filter.update(rewards[train_mask > 0])
+            rewards = self.r_filter.normalize(rewards)
+        state = None
+        if "rnn_h" in batch:
+            # Items store (layers, hidden); the LSTM wants (layers, B, hidden).
+            state = (
+                self._tensor(np.ascontiguousarray(batch["rnn_h"].transpose(1, 0, 2))),
+                self._tensor(np.ascontiguousarray(batch["rnn_c"].transpose(1, 0, 2))),
+            )
+        return {
+            "seq": {k: self._tensor(v) for k, v in seq.items()},
+            "state": state,
+            "mask": mask,
+            "train_mask": train_mask,
+            "lengths": lengths,
+            "rewards": rewards,
+            "terminals": batch["terminals"].astype(np.float32),
+            "actions": self._tensor(batch["actions"]),
+            "behaviour_logp": self._tensor(batch["behaviour_logp"], torch.float32),
+            "behaviour_info": self._tensor(batch["action_info"], torch.float32),
+            "b": b,
+            "h": h,
+        }
+
+    @staticmethod
+    def _select(seq: dict[str, torch.Tensor], idx: torch.Tensor | slice) -> dict[str, torch.Tensor]:
+        return {k: v[idx] for k, v in seq.items()}
+
+    def _forward(
+        self, model: PPOModel, data: dict[str, Any], idx: torch.Tensor | slice
+    ) -> torch.Tensor:
+        state = data["state"]
+        if state is not None:
+            state = (state[0][:, idx], state[1][:, idx])
+        features, _ = model.features(self._select(data["seq"], idx), state)
+        return features
+
+    def learn(self, batch: ArrayDict) -> dict[str, float]:
+        """One iteration: GAE, policy epochs (with KL early stop), baseline epochs, adaptation."""
+        cfg = self.config
+        scale = self.lr_scale.value(self.iteration)
+        for group in self.opt_policy.param_groups:
+            group["lr"] = cfg.lr_policy * scale
+        for group in self.opt_baseline.param_groups:
+            group["lr"] = cfg.lr_baseline * scale
+        data = self._prepare(batch)
+        b, h = data["b"], data["h"]
+        everything = slice(None)
+        rows = torch.arange(b, device=self.device)
+        lengths = torch.as_tensor(data["lengths"], device=self.device)
+
+        with torch.no_grad():
+            values_ext = self.model.value(self._forward(self.model, data, everything))
+            boot_values = values_ext[rows, lengths].cpu().numpy()
+            values = values_ext[:, :h].cpu().numpy() * data["mask"]
+            ref_info = self.model.policy_info(self._forward(self.ref_model, data, everything))[
+                :, :h
+            ]
+        adv, returns = gae(
+            data["rewards"],
+            values,
+            boot_values,
+            data["terminals"],
+            cfg.gamma,
+            cfg.lam,
+            data["mask"],
+        )
+        train_mask_np = data["train_mask"]
+        if cfg.norm_advantage:
+            adv = normalize_advantages(adv, train_mask_np)
+        adv_t = self._tensor(adv)
+        returns_t = self._tensor(returns)
+        train_mask = self._tensor(train_mask_np)
+        explained = losses.explained_variance(self._tensor(values), returns_t, train_mask)
+
+        minibatches = min(cfg.minibatches, b)
+        policy_stats: dict[str, torch.Tensor] = {}
+        epochs_run = 0
+        kl = float("nan")
+        grad_norm = 0.0
+        for _ in range(cfg.epochs_policy):
+            for idx in torch.randperm(b, device=self.device).chunk(minibatches):
+                feats = self._forward(self.model, data, idx)[:, :h]
+                info = self.model.policy_info(feats)
+                logp = self.dist.log_prob(info, data["actions"][idx])
+                m = train_mask[idx]
+                if cfg.mode == "clip":
+                    loss, policy_stats = losses.ppo_clip_loss(
+                        logp, data["behaviour_logp"][idx], adv_t[idx], self.clip_epsilon, m
+                    )
+                else:
+                    kl_ref = self.dist.kl(ref_info[idx], info)
+                    loss, policy_stats = losses.ppo_adapt_loss(
+                        logp,
+                        data["behaviour_logp"][idx],
+                        adv_t[idx],
+                        kl_ref,
+                        self.beta,
+                        cfg.kl_target,
+                        cfg.kl_cutoff_coeff,
+                        m,
+                    )
+                entropy = losses.masked_mean(self.dist.entropy(info), m)
+                loss = loss - cfg.entropy_coeff * entropy
+                self.opt_policy.zero_grad(set_to_none=True)
+                loss.backward()
+                grad_norm = self._clip(self.model.actor_parameters())
+                self.opt_policy.step()
+                policy_stats["loss"] = loss.detach()
+                policy_stats["entropy"] = entropy.detach()
+            epochs_run += 1
+            if cfg.early_stop_kl is not None or epochs_run == cfg.epochs_policy:
+                kl = self._kl_to_ref(data, ref_info, train_mask)
+                if cfg.early_stop_kl is not None and kl > cfg.early_stop_kl * cfg.kl_target:
+                    break
+
+        for _ in range(cfg.epochs_baseline):
+            for idx in torch.randperm(b, device=self.device).chunk(minibatches):
+                v = self.model.value(self._forward(self.model, data, idx)[:, :h])
+                vloss = losses.value_loss(v, returns_t[idx], train_mask[idx])
+                self.opt_baseline.zero_grad(set_to_none=True)
+                vloss.backward()
+                self._clip(self.model.critic_parameters())
+                self.opt_baseline.step()
+
+        steps = int(train_mask_np.sum())
+        self.iteration += 1
+        self.env_steps += steps
+        self.steps_since_ref += steps
+        self.last_kl = kl
+        if self.steps_since_ref >= cfg.exp_interval:
+            self._refresh_reference(kl)
+
+        stats = {f"losses/{k}": float(v) for k, v in policy_stats.items()}
+        stats.update(
+            {
+                "losses/policy_loss": float(policy_stats.get("loss", float("nan"))),
+                "losses/value_loss": float(vloss),
+                "losses/approx_kl": kl,
+                "losses/explained_variance": explained,
+                "ppo/clip_epsilon": self.clip_epsilon,
+                "ppo/beta": self.beta,
+                "ppo/policy_epochs": float(epochs_run),
+                "ppo/lr_policy": cfg.lr_policy * scale,
+                "ppo/grad_norm": grad_norm,
+                "ppo/advantage_mean_raw": float(np.mean(adv[train_mask_np > 0])),
+                "ppo/return_mean": float(returns[train_mask_np > 0].mean()),
+                "learner/iteration": float(self.iteration),
+                "learner/env_steps": float(self.env_steps),
+                "learner/batch_steps": float(steps),
+            }
+        )
+        stats.pop("losses/loss", None)
+        return stats
+
+    def _clip(self, params: list[torch.nn.Parameter]) -> float:
+        if self.config.max_grad_norm is None:
+            return 0.0
+        return float(torch.nn.utils.clip_grad_norm_(params, self.config.max_grad_norm))
+
+    @torch.no_grad()
+    def _kl_to_ref(
+        self, data: dict[str, Any], ref_info: torch.Tensor, train_mask: torch.Tensor
+    ) -> float:
+        info = self.model.policy_info(self._forward(self.model, data, slice(None))[:, : data["h"]])
+        return float(losses.masked_mean(self.dist.kl(ref_info, info), train_mask))
+
+    def _refresh_reference(self, kl: float) -> None:
+        """Adapt clip range / beta to the KL travelled since the last refresh, then copy."""
+        cfg = self.config
+        if np.isfinite(kl):
+            if cfg.mode == "clip":
+                self.clip_epsilon = losses.adapt_within(
+                    self.clip_epsilon,
+                    kl,
+                    cfg.kl_target,
+                    cfg.clip_adjust_threshold,
+                    cfg.beta_adjust_factor,
+                    cfg.clip_range,
+                    grow_when_kl_high=False,
+                )
+            else:
+                self.beta = losses.adapt_within(
+                    self.beta,
+                    kl,
+                    cfg.kl_target,
+                    cfg.clip_adjust_threshold,
+                    cfg.beta_adjust_factor,
+                    cfg.beta_range,
+                    grow_when_kl_high=True,
+                )
+        self.ref_model.load_state_dict(self.model.state_dict())
+        self.steps_since_ref = 0

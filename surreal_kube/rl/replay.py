@@ -1,0 +1,180 @@
+"""Replay buffers: FIFO (on-policy PPO), uniform ring buffer and prioritized proportional replay.
+
+All three store flat `ArrayDict` items and return batches with every key stacked along a new
+leading axis, so a replay shard never needs to know which algorithm produced the items. They are
+numpy-only so the replay process does not import torch.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+
+import numpy as np
+
+from surreal_kube.rl.interfaces import ArrayDict
+from surreal_kube.rl.segment_tree import MinSegmentTree, SumSegmentTree
+
+
+def stack_items(items: list[ArrayDict]) -> ArrayDict:
+    """Stack a list of items key by key along a new leading axis."""
+    if not items:
+        raise ValueError("cannot stack an empty list of items")
+    keys = items[0].keys()
+    for item in items[1:]:
+        if item.keys() != keys:
+            raise ValueError(f"items disagree on keys: {sorted(keys)} vs {sorted(item.keys())}")
+    return {key: np.stack([item[key] for item in items]) for key in keys}
+
+
+class FIFOReplay:
+    """First in, first out; `sample` removes what it returns (each item is learned from once).
+
+    On-policy PPO wants the freshest experience and never reuses it, so a full buffer drops its
+    oldest items rather than blocking the agents.
+    """
+
+    def __init__(self, capacity: int) -> None:
+        if capacity < 1:
+            raise ValueError(f"capacity must be >= 1, got {capacity}")
+        self.capacity = capacity
+        self._items: deque[ArrayDict] = deque(maxlen=capacity)
+        self.dropped = 0
+
+    def add(self, item: ArrayDict) -> None:
+        """Append an item (dropping the oldest when full)."""
+        if len(self._items) == self.capacity:
+            self.dropped += 1
+        self._items.append(item)
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def sample(self, batch_size: int) -> ArrayDict:
+        """Pop the `batch_size` oldest items as one batch."""
+        if batch_size > len(self._items):
+            raise ValueError(f"asked for {batch_size} items, only {len(self._items)} held")
+        return stack_items([self._items.popleft() for _ in range(batch_size)])
+
+
+class UniformReplay:
+    """Ring buffer with uniform sampling (with replacement), preallocated on the first item.
+
+    Storage is one contiguous array per key rather than a list of dicts: sampling a batch of 512
+    transitions is then one fancy-indexing per key instead of 512 small stacks.
+    """
+
+    def __init__(self, capacity: int, seed: int | None = None) -> None:
+        if capacity < 1:
+            raise ValueError(f"capacity must be >= 1, got {capacity}")
+        self.capacity = capacity
+        self._storage: ArrayDict = {}
+        self._next = 0
+        self._size = 0
+        self._rng = np.random.default_rng(seed)
+
+    def _allocate(self, item: ArrayDict) -> None:
+        for key, value in item.items():
+            value = np.asarray(value)
+            self._storage[key] = np.zeros((self.capacity, *value.shape), dtype=value.dtype)
+
+    def add(self, item: ArrayDict) -> int:
+        """Store an item, overwriting the oldest when full; returns its slot."""
+        if not self._storage:
+            self._allocate(item)
+        if item.keys() != self._storage.keys():
+            raise ValueError(
+                f"item keys {sorted(item.keys())} differ from stored {sorted(self._storage)}"
+            )
+        slot = self._next
+        for key, value in item.items():
+            self._storage[key][slot] = value
+        self._next = (slot + 1) % self.capacity
+        self._size = min(self._size + 1, self.capacity)
+        return slot
+
+    def __len__(self) -> int:
+        return self._size
+
+    def gather(self, indices: np.ndarray) -> ArrayDict:
+        """The items at `indices`, stacked."""
+        return {key: value[indices] for key, value in self._storage.items()}
+
+    def sample(self, batch_size: int) -> ArrayDict:
+        """`batch_size` items drawn uniformly with replacement."""
+        if self._size == 0:
+            raise ValueError("cannot sample from an empty replay")
+        return self.gather(self._rng.integers(0, self._size, size=batch_size))
+
+
+class PrioritizedReplay(UniformReplay):
+    """Proportional prioritized replay (Schaul et al. 2016) on sum and min segment trees.
+
+    Item i is drawn with probability p_i^alpha / sum_j p_j^alpha, i.i.d. across the batch (masses
+    drawn uniformly from [0, total), not stratified, so the distribution is exactly proportional).
+    Batches carry `indices` (to update priorities after learning) and `weights`, the importance
+    weights (N * P(i))^-beta normalized by their maximum. New items get the largest priority seen so
+    that each is sampled at least once soon.
+    """
+
+    def __init__(
+        self,
+        capacity: int,
+        alpha: float = 0.6,
+        beta: float = 0.4,
+        eps: float = 1e-6,
+        seed: int | None = None,
+    ) -> None:
+        super().__init__(capacity, seed)
+        tree_capacity = 1
+        while tree_capacity < capacity:
+            tree_capacity *= 2
+        self.alpha = alpha
+        self.beta = beta
+        self.eps = eps
+        self._sum = SumSegmentTree(tree_capacity)
+        self._min = MinSegmentTree(tree_capacity)
+        self._max_priority = 1.0
+
+    def add(self, item: ArrayDict) -> int:
+        """Store an item with the current maximum priority."""
+        slot = super().add(item)
+        p = self._max_priority**self.alpha
+        self._sum[slot] = p
+        self._min[slot] = p
+        return slot
+
+    def sample_indices(self, batch_size: int) -> np.ndarray:
+        """Indices drawn with probability proportional to priority^alpha."""
+        if self._size == 0:
+            raise ValueError("cannot sample from an empty replay")
+        total = self._sum.sum(0, self._size)
+        masses = self._rng.random(batch_size) * total
+        masses = np.minimum(masses, np.nextafter(total, 0))
+        return np.minimum(self._sum.find_prefixsum_idx(masses), self._size - 1)
+
+    def sample(self, batch_size: int, beta: float | None = None) -> ArrayDict:
+        """A batch plus `indices` and importance `weights` (float32)."""
+        beta = self.beta if beta is None else beta
+        idx = self.sample_indices(batch_size)
+        total = self._sum.sum(0, self._size)
+        p_min = self._min.min(0, self._size) / total
+        max_weight = (p_min * self._size) ** (-beta)
+        p = np.asarray(self._sum[idx]) / total
+        weights = (p * self._size) ** (-beta) / max_weight
+        batch = self.gather(idx)
+        batch["indices"] = idx.astype(np.int64)
+        batch["weights"] = weights.astype(np.float32)
+        return batch
+
+    def update_priorities(self, indices: np.ndarray, priorities: np.ndarray) -> None:
+        """Set new priorities (e.g. |TD error|) for sampled items."""
+        indices = np.asarray(indices, dtype=np.int64).reshape(-1)
+        priorities = np.abs(np.asarray(priorities, dtype=np.float64).reshape(-1)) + self.eps
+        if indices.shape != priorities.shape:
+            raise ValueError("indices and priorities must have the same length")
+        if indices.size and (indices.min() < 0 or indices.max() >= self._size):
+            raise IndexError(f"priority index out of range [0, {self._size})")
+        p = priorities**self.alpha
+        self._sum[indices] = p
+        self._min[indices] = p
+        self._max_priority = max(self._max_priority, float(priorities.max(initial=0.0)))

@@ -1,0 +1,1 @@
+"""Run bookkeeping: checkpoints (`checkpoint`), trackers and timers (`trackers`)."""
