@@ -1,0 +1,70 @@
+"""Object names and labels of a rendered experiment, derived in one place.
+
+Names follow the suffixes that `Topology.derived_name_suffixes` declares (and that the experiment
+name check already measured): `<exp>-<group>` for workloads and their Services, `<exp>-<group>-<i>`
+for StatefulSet pods. The two extra objects, `<exp>-config` and `<exp>-data`, are shorter than the
+`-<group>-<revision hash>` suffix that is always checked, so they always fit too.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+NAME = "surreal-kube"
+"""`app.kubernetes.io/name`, `part-of` and `managed-by` of everything we render."""
+EXPERIMENT_LABEL = "surreal.ai/experiment"
+GROUP_LABEL = "app.kubernetes.io/component"
+INSTANCE_LABEL = "app.kubernetes.io/instance"
+POD_INDEX_LABEL = "apps.kubernetes.io/pod-index"
+"""Set by the StatefulSet controller on each pod: its ordinal, read through the downward API."""
+
+
+def object_name(experiment: str, suffix: str) -> str:
+    """`<exp>-<suffix>`: every object we render is named this way."""
+    return f"{experiment}-{suffix}"
+
+
+def config_name(experiment: str) -> str:
+    """The ConfigMap holding the resolved spec (and the default root object)."""
+    return object_name(experiment, "config")
+
+
+def data_name(experiment: str) -> str:
+    """The PersistentVolumeClaim of the experiment folder."""
+    return object_name(experiment, "data")
+
+
+def selector_labels(experiment: str, group: str) -> dict[str, str]:
+    """Labels that select one group's pods: stable, so a selector never has to change."""
+    return {
+        "app.kubernetes.io/name": NAME,
+        INSTANCE_LABEL: experiment,
+        GROUP_LABEL: group,
+    }
+
+
+def labels(
+    experiment: str, group: str | None = None, extra: Mapping[str, str] | None = None
+) -> dict[str, str]:
+    """Labels of every rendered object: the recommended `app.kubernetes.io/*` set plus ours.
+
+    The user's own labels (`metadata.labels`) come first so that ours always win a clash: a
+    selector must never be changed by a user label.
+    """
+    out = dict(sorted((extra or {}).items()))
+    out.update(
+        {
+            "app.kubernetes.io/name": NAME,
+            INSTANCE_LABEL: experiment,
+            GROUP_LABEL: group or "experiment",
+            "app.kubernetes.io/part-of": NAME,
+            "app.kubernetes.io/managed-by": NAME,
+            EXPERIMENT_LABEL: experiment,
+        }
+    )
+    return out
+
+
+def experiment_selector(experiment: str) -> str:
+    """A label selector string matching every object of one experiment (for list and delete)."""
+    return f"{EXPERIMENT_LABEL}={experiment}"

@@ -1,0 +1,310 @@
+"""Cluster profiles: what a cluster offers (node pools) and how experiments use it (volume, images).
+
+A profile is a YAML file a user keeps per cluster, or is discovered from the live cluster's nodes.
+The node-pool shape is the one the test control plane uses for its simulated pools
+(`tests/cluster/kwok/pools.yaml`), so that file is itself a valid profile:
+
+    pools:
+      - name: gpu-pool          # the value of the pool label (cloud.google.com/gke-nodepool)
+        count: 2                # nodes (the maximum, for an autoscaled pool)
+        cpu: "16"               # allocatable per node
+        memory: 64Gi
+        gpus: 4                 # nvidia.com/gpu per node; GKE taints such nodes
+    registry: us-docker.pkg.dev/my-project/surreal   # where built images are pushed
+    experimentVolume:
+      kind: persistentVolumeClaim
+      storageClassName: standard-rwx
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import Field, ValidationError, field_validator, model_validator
+
+from surreal_kube.errors import LaunchError, SpecError
+from surreal_kube.experiment.quantity import parse_cpu, parse_memory
+from surreal_kube.schema import SpecModel
+
+GPU_RESOURCE = "nvidia.com/gpu"
+DEFAULT_POOL_LABEL = "cloud.google.com/gke-nodepool"
+ACCELERATOR_LABELS = ("cloud.google.com/gke-accelerator", "nvidia.com/gpu.product")
+POOL_LABELS = (
+    DEFAULT_POOL_LABEL,
+    "eks.amazonaws.com/nodegroup",
+    "karpenter.sh/nodepool",
+    "kubernetes.azure.com/agentpool",
+    "node.kubernetes.io/instance-type",
+)
+"""Node labels that name a node's pool, tried in this order when discovering pools."""
+
+
+class Taint(SpecModel):
+    """A node taint; pods placed on the pool tolerate it."""
+
+    key: str = Field(description="taint key, e.g. nvidia.com/gpu")
+    value: str | None = Field(None, description="taint value, e.g. present")
+    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] = Field(
+        "NoSchedule", description="taint effect"
+    )
+
+    def toleration(self) -> dict[str, str]:
+        """The toleration that matches exactly this taint."""
+        if self.value is None:
+            return {"key": self.key, "operator": "Exists", "effect": self.effect}
+        return {"key": self.key, "operator": "Equal", "value": self.value, "effect": self.effect}
+
+
+def _text(value: Any) -> Any:
+    return str(value) if isinstance(value, int | float) and not isinstance(value, bool) else value
+
+
+class NodePool(SpecModel):
+    """A set of identical nodes; capacities are what one node can give to pods (allocatable)."""
+
+    name: str = Field(description="pool name, the value of the profile's poolLabel")
+    count: int = Field(1, ge=0, description="number of nodes (the maximum, if autoscaled)")
+    cpu: str = Field("8", description="allocatable CPU per node, a Kubernetes quantity")
+    memory: str = Field("32Gi", description="allocatable memory per node")
+    gpus: int = Field(0, ge=0, description="nvidia.com/gpu per node")
+    accelerator: str | None = Field(None, description="GPU model label value, e.g. nvidia-l4")
+    pods: int = Field(110, ge=1, description="maximum pods per node")
+    labels: dict[str, str] = Field(default_factory=dict, description="extra node labels")
+    taints: list[Taint] = Field(
+        default_factory=list, description="node taints; GPU pools also get nvidia.com/gpu"
+    )
+    node_selector: dict[str, str] | None = Field(
+        None, description="labels that select this pool's nodes; default {poolLabel: name}"
+    )
+
+    @field_validator("cpu", mode="before")
+    @classmethod
+    def _cpu_text(cls, value: Any) -> Any:
+        return _text(value)
+
+    @field_validator("cpu")
+    @classmethod
+    def _check_cpu(cls, value: str) -> str:
+        parse_cpu(value)
+        return value
+
+    @field_validator("memory")
+    @classmethod
+    def _check_memory(cls, value: str) -> str:
+        parse_memory(value)
+        return value
+
+    @property
+    def node_taints(self) -> list[Taint]:
+        """The pool's taints; a GPU pool also has GKE's nvidia.com/gpu taint unless listed.
+
+        GKE (and the test cluster) taint GPU nodes so that only pods asking for GPUs land there.
+        """
+        if self.gpus and not any(t.key == GPU_RESOURCE for t in self.taints):
+            return [*self.taints, Taint(key=GPU_RESOURCE, value="present")]
+        return list(self.taints)
+
+    @property
+    def millicpu(self) -> int:
+        """Allocatable CPU per node in millicores."""
+        return to_millicpu(self.cpu)
+
+    @property
+    def memory_bytes(self) -> int:
+        """Allocatable memory per node in bytes."""
+        return parse_memory(self.memory)
+
+
+def to_millicpu(text: str) -> int:
+    """`500m` -> 500, `2` -> 2000 (rounded up, as the API server rounds requests)."""
+    from math import ceil
+
+    return ceil(round(parse_cpu(text) * 1000, 6))
+
+
+class ExperimentVolume(SpecModel):
+    """Where the experiment folder (checkpoints, TensorBoard logs) lives; it outlives pods."""
+
+    kind: Literal["persistentVolumeClaim", "nfs", "hostPath", "emptyDir"] = Field(
+        "persistentVolumeClaim",
+        description="a PVC per experiment, an NFS export, a node path, or emptyDir (testing only)",
+    )
+    size: str = Field("10Gi", description="persistentVolumeClaim: requested size")
+    storage_class_name: str | None = Field(
+        None, description="persistentVolumeClaim: storage class; null: the cluster default"
+    )
+    access_mode: Literal["ReadWriteMany", "ReadWriteOnce", "ReadWriteOncePod"] = Field(
+        "ReadWriteMany",
+        description="persistentVolumeClaim: pods on several nodes share the folder, so RWX",
+    )
+    retain: bool = Field(
+        False, description="persistentVolumeClaim: keep the claim when the experiment is deleted"
+    )
+    server: str | None = Field(None, description="nfs: server address")
+    path: str | None = Field(
+        None, description="nfs / hostPath: root folder; each experiment uses <path>/<name>"
+    )
+    mount_path: str = Field("/experiment", description="where containers see the folder")
+
+    @field_validator("size")
+    @classmethod
+    def _check_size(cls, value: str) -> str:
+        parse_memory(value)
+        return value
+
+    @model_validator(mode="after")
+    def _needs(self) -> ExperimentVolume:
+        if self.kind == "nfs" and not (self.server and self.path):
+            raise ValueError("experimentVolume: kind nfs needs server and path")
+        if self.kind == "hostPath" and not self.path:
+            raise ValueError("experimentVolume: kind hostPath needs path")
+        return self
+
+
+class ClusterProfile(SpecModel):
+    """Everything cluster-specific the renderer needs; the experiment spec stays portable."""
+
+    pools: list[NodePool] = Field(default_factory=list, description="node pools")
+    pool_label: str = Field(DEFAULT_POOL_LABEL, description="node label naming a node's pool")
+    cluster_domain: str = Field("cluster.local", description="cluster DNS domain")
+    registry: str | None = Field(
+        None, description="registry built images are tagged for and pushed to; null: local only"
+    )
+    image_pull_secrets: list[str] = Field(
+        default_factory=list, description="Secrets pods use to pull images"
+    )
+    experiment_volume: ExperimentVolume = Field(default_factory=ExperimentVolume)
+    run_as_user: int = Field(10001, ge=1, description="non-root uid (and gid) of every container")
+
+    @model_validator(mode="after")
+    def _unique(self) -> ClusterProfile:
+        names = [p.name for p in self.pools]
+        dupes = sorted({n for n in names if names.count(n) > 1})
+        if dupes:
+            raise ValueError(f"pools: pool {dupes[0]!r} is listed twice")
+        return self
+
+    def pool(self, name: str) -> NodePool | None:
+        """The pool called `name`, if any."""
+        return next((p for p in self.pools if p.name == name), None)
+
+    def node_selector(self, pool: NodePool) -> dict[str, str]:
+        """The nodeSelector that lands a pod on `pool`."""
+        return dict(pool.node_selector or {self.pool_label: pool.name})
+
+
+def load_profile(path: str | Path) -> ClusterProfile:
+    """Read a profile file; errors name the file and the field (SpecError, exit 2)."""
+    import yaml
+
+    p = Path(path)
+    try:
+        data = yaml.safe_load(p.read_text(encoding="utf-8"))
+    except FileNotFoundError as exc:
+        raise SpecError(f"cluster profile {str(p)!r} does not exist") from exc
+    except (OSError, UnicodeDecodeError) as exc:
+        raise SpecError(f"cluster profile {str(p)!r} cannot be read: {exc}") from exc
+    except yaml.YAMLError as exc:
+        raise SpecError(f"cluster profile {str(p)!r}: invalid YAML: {exc}") from exc
+    return profile_from_dict(data or {}, str(p))
+
+
+def profile_from_dict(data: Mapping[str, Any], source: str = "cluster profile") -> ClusterProfile:
+    """Validate a profile document (SpecError names the field that is wrong)."""
+    if not isinstance(data, Mapping):
+        raise SpecError(f"{source}: must be a mapping with a 'pools' list")
+    try:
+        return ClusterProfile.model_validate(data)
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(str(x) for x in e['loc']) or 'profile'}: {e['msg']}" for e in exc.errors()
+        )
+        raise SpecError(f"{source}: {problems}") from None
+
+
+# ------------------------------------------------------------------------------------ discovery
+
+
+def discover_profile(api_client: Any, base: ClusterProfile | None = None) -> ClusterProfile:
+    """Pools of the live cluster, from its nodes; other settings come from `base`.
+
+    Nodes are grouped by the first pool label they carry (GKE, EKS, Karpenter, AKS, then instance
+    type); a node with none is a pool of its own. A pool offers the smallest allocatable of its
+    nodes and the taints all of them share. Cordoned nodes are left out. This is capacity, not
+    free space: what other workloads use now is not subtracted.
+    """
+    from kubernetes import client
+    from kubernetes.client.rest import ApiException
+
+    try:
+        nodes = client.CoreV1Api(api_client).list_node().items
+    except ApiException as exc:
+        raise LaunchError(f"cannot list nodes to discover node pools: {exc.reason}") from exc
+    records = [_node_record(n.to_dict()) for n in nodes if not (n.spec and n.spec.unschedulable)]
+    pools = pools_from_nodes(records)
+    base = base or ClusterProfile()
+    return base.model_copy(update={"pools": pools})
+
+
+def _node_record(node: Mapping[str, Any]) -> dict[str, Any]:
+    meta = node.get("metadata") or {}
+    spec = node.get("spec") or {}
+    status = node.get("status") or {}
+    return {
+        "name": meta.get("name", ""),
+        "labels": meta.get("labels") or {},
+        "taints": spec.get("taints") or [],
+        "allocatable": status.get("allocatable") or {},
+    }
+
+
+def pools_from_nodes(nodes: Iterable[Mapping[str, Any]]) -> list[NodePool]:
+    """Group node records ({name, labels, taints, allocatable}) into pools (see above)."""
+    grouped: dict[tuple[str, str], list[Mapping[str, Any]]] = {}
+    for node in nodes:
+        labels = node.get("labels") or {}
+        key = next(((k, labels[k]) for k in POOL_LABELS if k in labels), None)
+        if key is None:
+            key = ("kubernetes.io/hostname", labels.get("kubernetes.io/hostname", node["name"]))
+        grouped.setdefault(key, []).append(node)
+    pools = []
+    for (label, value), members in sorted(grouped.items(), key=lambda kv: kv[0][1]):
+        alloc = [m.get("allocatable") or {} for m in members]
+        cpu = min(to_millicpu(str(a.get("cpu", "0") or "0")) or 0 for a in alloc)
+        memory = min(parse_memory(str(a.get("memory", "1") or "1")) for a in alloc)
+        gpus = min(int(str(a.get(GPU_RESOURCE, "0"))) for a in alloc)
+        pods = min(int(str(a.get("pods", "110"))) for a in alloc)
+        taint_sets = [
+            {(t.get("key"), t.get("value"), t.get("effect")) for t in m.get("taints") or []}
+            for m in members
+        ]
+        common = set.intersection(*taint_sets) if taint_sets else set()
+        accelerator = next(
+            (
+                (m.get("labels") or {}).get(k)
+                for k in ACCELERATOR_LABELS
+                for m in members[:1]
+                if (m.get("labels") or {}).get(k)
+            ),
+            None,
+        )
+        if cpu <= 0:
+            continue
+        pools.append(
+            NodePool(
+                name=value,
+                count=len(members),
+                cpu=f"{cpu}m",
+                memory=str(memory),
+                gpus=gpus,
+                accelerator=accelerator,
+                pods=max(pods, 1),
+                taints=[
+                    Taint(key=k, value=v, effect=e) for k, v, e in sorted(common, key=str) if k
+                ],
+                node_selector={label: value},
+            )
+        )
+    return pools
