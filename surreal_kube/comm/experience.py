@@ -23,7 +23,7 @@ import numpy as np
 import zmq
 
 from surreal_kube.comm import wire
-from surreal_kube.comm.sockets import make_socket
+from surreal_kube.comm.sockets import connect_and_wait, make_socket
 
 log = logging.getLogger(__name__)
 
@@ -141,11 +141,22 @@ class ExperienceSender:
         self._sock.close(0)
 
 
+def _connect(sock: zmq.Socket, addr: str, wait: float) -> bool:
+    if wait > 0:
+        return connect_and_wait(sock, addr, wait)
+    sock.connect(addr)
+    return True
+
+
 class ExperienceReceiver:
     """A replay shard's side: PULL stacked batches from the load balancer, checked and counted."""
 
-    def __init__(self, addr: str, *, hwm: int = 64, max_bytes: int = 1 << 30) -> None:
-        self.sock = make_socket(zmq.PULL, connect=addr, rcvhwm=hwm)
+    def __init__(
+        self, addr: str, *, hwm: int = 64, max_bytes: int = 1 << 30, wait_connected: float = 0.0
+    ) -> None:
+        self.sock = make_socket(zmq.PULL, rcvhwm=hwm)
+        self.connected = _connect(self.sock, addr, wait_connected)
+        """False if the load balancer did not answer within `wait_connected` seconds."""
         self._max_bytes = max_bytes
         self.rejects = wire.Rejects(log)
         self.items = 0

@@ -23,13 +23,13 @@ import logging
 import queue
 import threading
 import time
-from collections import deque
+from collections import Counter, deque
 from dataclasses import dataclass
 
 import zmq
 
 from surreal_kube.comm import wire
-from surreal_kube.comm.sockets import make_socket
+from surreal_kube.comm.sockets import connect_and_wait, make_socket
 
 log = logging.getLogger(__name__)
 
@@ -37,6 +37,8 @@ READY = b"READY"
 REPLY = b"REPLY"
 DEFAULT_REQUEST_TTL = 10.0
 MAX_PENDING = 4096
+MAX_CREDITS_PER_SHARD = 4
+"""Shards re-announce credits when idle (the broker may have restarted); extra ones are ignored."""
 
 
 @dataclass
@@ -61,6 +63,7 @@ class SamplerBroker:
         self._poller.register(self.front, zmq.POLLIN)
         self._poller.register(self.back, zmq.POLLIN)
         self._credits: deque[bytes] = deque()
+        self._credit_count: Counter[bytes] = Counter()
         self._pending: deque[_Request] = deque()
         self.rejects = wire.Rejects(log)
         self.requests = 0
@@ -97,7 +100,9 @@ class SamplerBroker:
             tag = frames[1].bytes if len(frames) > 1 else b""
             if tag == READY and len(frames) == 2:
                 self.shards_seen.add(shard)
-                self._credits.append(shard)
+                if self._credit_count[shard] < MAX_CREDITS_PER_SHARD:
+                    self._credit_count[shard] += 1
+                    self._credits.append(shard)
             elif tag == REPLY and len(frames) >= 4:
                 self.replies += 1
                 self.front.send_multipart(frames[2:], copy=False)
@@ -137,10 +142,14 @@ class SamplerBroker:
             self.expired += 1
         while self._credits and self._pending:
             shard = self._credits.popleft()
+            self._credit_count[shard] -= 1
+            if self._credit_count[shard] <= 0:
+                del self._credit_count[shard]
             req = self._pending.popleft()
             if req.deadline < now:
                 self.expired += 1
                 self._credits.appendleft(shard)
+                self._credit_count[shard] += 1
                 continue
             try:
                 self.back.send_multipart([shard, req.client, *req.frames], zmq.NOBLOCK, copy=False)
@@ -157,8 +166,13 @@ class SamplerBroker:
 class SampleServer:
     """A replay shard's sampling side: give credits when ready, take requests, send batches."""
 
-    def __init__(self, addr: str) -> None:
-        self.sock = make_socket(zmq.DEALER, connect=addr, sndhwm=1024, rcvhwm=1024)
+    def __init__(self, addr: str, *, wait_connected: float = 0.0) -> None:
+        self.sock = make_socket(zmq.DEALER, sndhwm=1024, rcvhwm=1024)
+        if wait_connected > 0:
+            self.connected = connect_and_wait(self.sock, addr, wait_connected)
+        else:
+            self.sock.connect(addr)
+            self.connected = True
         self.rejects = wire.Rejects(log)
         self.served = 0
 

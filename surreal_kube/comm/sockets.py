@@ -57,6 +57,22 @@ def make_socket(
     return sock
 
 
+def connect_and_wait(sock: zmq.Socket, addr: str, timeout: float) -> bool:
+    """Connect and wait up to `timeout` seconds for the ZMTP handshake; True if it happened.
+
+    Lets a role log whether its peer is reachable, and makes sure a load balancer counts this
+    peer before traffic starts. The socket keeps retrying in the background either way.
+    """
+    monitor = sock.get_monitor_socket(zmq.EVENT_HANDSHAKE_SUCCEEDED)
+    try:
+        sock.connect(addr)
+        ok = bool(monitor.poll(int(timeout * 1000), zmq.POLLIN))
+    finally:
+        sock.disable_monitor()
+        monitor.close(0)
+    return ok
+
+
 def bound_address(sock: zmq.Socket) -> str:
     """The address a socket actually bound (resolves `tcp://127.0.0.1:*` to a port)."""
     endpoint = sock.getsockopt(zmq.LAST_ENDPOINT)

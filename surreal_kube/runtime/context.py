@@ -1,0 +1,183 @@
+"""What a role knows about itself: read from the environment the topology defines, and nothing else.
+
+    SURREAL_EXPERIMENT       experiment name
+    SURREAL_ROLE             the role (learner, replay, replay-shard, ps, ps-shard, tensorplex,
+                             loggerplex, tensorboard, agents, eval)
+    SURREAL_PROCESS          unique process name (`agents-3`, `replay-shard-1`, ...)
+    SURREAL_INDEX            replica / shard index (`--id N` overrides it); if absent, for agents
+                             and evals the trailing `-<n>` of HOSTNAME (a StatefulSet pod's
+                             ordinal), else 0
+    (SURREAL_PROCESS may be absent in a replicated pod template: it is derived from role + index)
+    SURREAL_CONFIG           path to the resolved experiment YAML
+    SURREAL_EXPERIMENT_DIR   folder holding logs/, tensorboard/, checkpoints/, status/
+    SURREAL_<ENDPOINT>_BIND  for each endpoint this process binds (e.g. SURREAL_PS_SERVE_BIND)
+    SURREAL_<ENDPOINT>_ADDR  for each endpoint it connects to
+
+A missing variable is a `RuntimeRoleError` that names it, raised at start, not a KeyError later.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+
+from surreal_kube.errors import RuntimeRoleError
+from surreal_kube.experiment.spec import Experiment, ExperimentSpec
+
+PREFIX = "SURREAL_"
+
+
+def _env_key(endpoint: str) -> str:
+    return endpoint.upper().replace("-", "_")
+
+
+def index_from_hostname(hostname: str) -> int | None:
+    """`exp-agents-12` -> 12 (a StatefulSet pod's ordinal); None if the name has no such suffix."""
+    match = re.search(r"-(\d+)$", hostname)
+    return int(match.group(1)) if match else None
+
+
+def load_experiment(path: str | Path) -> Experiment:
+    """The resolved experiment document a role was started with."""
+    try:
+        from surreal_kube.experiment.resolve import load_experiment_file
+    except ImportError:  # pragma: no cover - the resolver ships with the spec
+        import yaml
+
+        return Experiment.model_validate(yaml.safe_load(Path(path).read_text()))
+    return load_experiment_file(path)
+
+
+_REPLICATED = {"agents": "agents", "eval": "evals"}
+"""Roles run as StatefulSet replicas on Kubernetes, and the group name that prefixes their pods."""
+_SHARDS = ("replay-shard", "ps-shard")
+
+
+def _index(env: Mapping[str, str], role: str, cli_index: int | None) -> int:
+    """--id, else SURREAL_INDEX, else (replicated roles) the pod ordinal in HOSTNAME, else 0."""
+    if cli_index is not None:
+        return cli_index
+    raw = env.get(PREFIX + "INDEX")
+    if raw:
+        try:
+            return int(raw)
+        except ValueError as exc:
+            raise RuntimeRoleError(f"{PREFIX}INDEX must be an integer, got {raw!r}") from exc
+    if role in _REPLICATED:
+        from_host = index_from_hostname(env.get("HOSTNAME", ""))
+        if from_host is not None:
+            return from_host
+    return 0
+
+
+def _process_name(role: str, index: int) -> str:
+    """The topology's process name, for pods whose template cannot carry SURREAL_PROCESS."""
+    if role in _REPLICATED:
+        return f"{_REPLICATED[role]}-{index}"
+    if role in _SHARDS:
+        return f"{role}-{index}"
+    return role
+
+
+@dataclass
+class RoleContext:
+    """Identity, addresses and folders of one role process."""
+
+    experiment: str
+    role: str
+    process: str
+    index: int
+    config_path: str
+    experiment_dir: Path
+    env: Mapping[str, str] = field(repr=False, default_factory=dict)
+
+    @classmethod
+    def from_env(
+        cls,
+        env: Mapping[str, str] | None = None,
+        *,
+        role: str | None = None,
+        index: int | None = None,
+    ) -> RoleContext:
+        """Read the context; `role`/`index` (from the command line) fill in what the env lacks."""
+        env = dict(os.environ if env is None else env)
+
+        def need(name: str) -> str:
+            value = env.get(PREFIX + name)
+            if not value:
+                raise RuntimeRoleError(
+                    f"environment variable {PREFIX}{name} is not set; roles are started by a "
+                    "backend (surreal-kube create) that sets their environment from the topology"
+                )
+            return value
+
+        env_role = env.get(PREFIX + "ROLE")
+        if role and env_role and role != env_role:
+            raise RuntimeRoleError(f"asked to run role {role!r} but {PREFIX}ROLE is {env_role!r}")
+        the_role = role or need("ROLE")
+        idx = _index(env, the_role, index)
+        if the_role in _REPLICATED or the_role in _SHARDS:
+            process = _process_name(the_role, idx)  # always agrees with the index it runs as
+        else:
+            process = env.get(PREFIX + "PROCESS") or the_role
+        return cls(
+            experiment=need("EXPERIMENT"),
+            role=the_role,
+            process=process,
+            index=idx,
+            config_path=need("CONFIG"),
+            experiment_dir=Path(need("EXPERIMENT_DIR")),
+            env=env,
+        )
+
+    @cached_property
+    def experiment_doc(self) -> Experiment:
+        """The experiment document (metadata + spec)."""
+        try:
+            return load_experiment(self.config_path)
+        except FileNotFoundError as exc:
+            raise RuntimeRoleError(
+                f"experiment config {self.config_path!r} does not exist"
+            ) from exc
+
+    @property
+    def spec(self) -> ExperimentSpec:
+        """The resolved spec."""
+        return self.experiment_doc.spec
+
+    def bind(self, endpoint: str) -> str:
+        """The address to bind `endpoint` on (SURREAL_<ENDPOINT>_BIND)."""
+        return self._addr(endpoint, "BIND", "binds")
+
+    def addr(self, endpoint: str) -> str:
+        """The address to connect to `endpoint` (SURREAL_<ENDPOINT>_ADDR)."""
+        return self._addr(endpoint, "ADDR", "connects to")
+
+    def optional_addr(self, endpoint: str) -> str | None:
+        """The connect address, or None when this process has no such peer."""
+        return self.env.get(f"{PREFIX}{_env_key(endpoint)}_ADDR") or None
+
+    def _addr(self, endpoint: str, suffix: str, verb: str) -> str:
+        var = f"{PREFIX}{_env_key(endpoint)}_{suffix}"
+        value = self.env.get(var)
+        if not value:
+            raise RuntimeRoleError(
+                f"{self.process} {verb} {endpoint!r} but {var} is not set in its environment"
+            )
+        return value
+
+    @property
+    def agent_ids(self) -> tuple[int, ...]:
+        """Agents of an `agents` process: range(index*batch, (index+1)*batch)."""
+        batch = self.spec.agents.batch
+        return tuple(range(self.index * batch, (self.index + 1) * batch))
+
+    def folder(self, name: str) -> Path:
+        """A sub-folder of the experiment folder, created: logs, tensorboard, checkpoints..."""
+        path = self.experiment_dir / name
+        path.mkdir(parents=True, exist_ok=True)
+        return path

@@ -1,0 +1,117 @@
+"""Role `loggerplex`: gathers every role's log lines into one file per component.
+
+Files: `<experiment>/logs/<process>.log` (the local backend keeps each process's raw stdout in
+`<process>.out` next to them). Lines arrive already formatted (see `runtime.logs`); each is written
+as received, in arrival order, and files are flushed every second and on SIGTERM.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections import OrderedDict
+from pathlib import Path
+from typing import IO, Any
+
+import zmq
+
+from surreal_kube.comm import wire
+from surreal_kube.comm.sockets import make_socket
+from surreal_kube.runtime.base import RoleBase
+from surreal_kube.runtime.context import RoleContext
+from surreal_kube.runtime.lifecycle import Every, StopFlag
+
+log = logging.getLogger(__name__)
+
+_SOURCE = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
+MAX_OPEN_FILES = 128
+MAX_LINE = 64 * 1024
+
+
+class LogFiles:
+    """Append-only files per source, at most MAX_OPEN_FILES open at once (least recent closed)."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+        self._open: OrderedDict[str, IO[str]] = OrderedDict()
+
+    def path(self, source: str) -> Path:
+        """The file of `source`."""
+        return self.folder / f"{source}.log"
+
+    def write(self, source: str, line: str) -> None:
+        """Append one line to the source's file."""
+        f = self._open.get(source)
+        if f is None:
+            if len(self._open) >= MAX_OPEN_FILES:
+                _, oldest = self._open.popitem(last=False)
+                oldest.close()
+            f = open(self.path(source), "a", encoding="utf-8")  # noqa: SIM115 - kept open
+            self._open[source] = f
+        else:
+            self._open.move_to_end(source)
+        f.write(line if line.endswith("\n") else line + "\n")
+
+    def flush(self) -> None:
+        """Flush every open file."""
+        for f in self._open.values():
+            f.flush()
+
+    def close(self) -> None:
+        """Close every file."""
+        for f in self._open.values():
+            f.close()
+        self._open.clear()
+
+
+class LoggerplexRole(RoleBase):
+    """Role `loggerplex`: PULL log records, write one file per component."""
+
+    def __init__(self, ctx: RoleContext, stop: StopFlag | None = None) -> None:
+        super().__init__(ctx, stop)
+        self.sock = make_socket(zmq.PULL, bind=ctx.bind("loggerplex"), rcvhwm=10_000)
+        self.files = LogFiles(ctx.folder("logs"))
+        self.rejects = wire.Rejects(log)
+        self.lines = 0
+
+    def handle(self, frames: list[Any]) -> None:
+        """Validate one record and append it to its component's file."""
+        msg = wire.try_decode(
+            frames, self.rejects, expect=(wire.LOG,), max_bytes=0, where="loggerplex"
+        )
+        if msg is None:
+            return
+        src, line = msg.meta.get("src"), msg.meta.get("msg")
+        if not isinstance(src, str) or not _SOURCE.match(src) or not isinstance(line, str):
+            self.rejects.add(
+                wire.WireError("bad-meta", "log record needs src and msg"), "loggerplex"
+            )
+            return
+        self.files.write(src, line[:MAX_LINE])
+        self.lines += 1
+
+    def run(self) -> None:
+        """Receive until stopped."""
+        log.info("loggerplex writing to %s", self.files.folder)
+        flush = Every(1.0)
+        while not self.stop.is_set():
+            if self.sock.poll(100, zmq.POLLIN):
+                for _ in range(1000):
+                    try:
+                        frames = self.sock.recv_multipart(zmq.NOBLOCK, copy=False)
+                    except zmq.Again:
+                        break
+                    self.handle(frames)
+            if flush():
+                self.files.flush()
+
+    def close(self) -> None:
+        """Write what already arrived, then close the files and the socket."""
+        while True:
+            try:
+                self.handle(self.sock.recv_multipart(zmq.NOBLOCK, copy=False))
+            except zmq.Again:
+                break
+        self.files.close()
+        self.sock.close(0)
+        super().close()

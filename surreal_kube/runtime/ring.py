@@ -1,0 +1,148 @@
+"""Replay storage that takes whole stacked batches: preallocated per-key arrays used as a ring.
+
+Experience arrives as messages of N items stacked along axis 0 (see `comm.experience`); storing
+them item by item would cost N dict and array objects per message and dominate a shard's time.
+Here a batch costs one `memcpy` per key, and a sample one slice (FIFO) or one gather (uniform)
+per key. Items keep their own shape: transitions `(obs_dim,)` or sub-trajectories
+`(horizon, obs_dim)` alike.
+
+Modes (ReplaySpec.kind): `fifo` hands out the oldest items and removes them (on-policy PPO);
+`uniform` samples with replacement and keeps everything until overwritten (DDPG). Both drop the
+oldest items when full. `prioritized` needs a sum tree and comes from the learning core
+(`surreal_kube.rl`), wrapped by `ItemBufferAdapter`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Literal, Protocol
+
+import numpy as np
+
+ArrayDict = dict[str, np.ndarray]
+
+
+class BatchStore(Protocol):
+    """What a replay shard needs from its storage."""
+
+    def add_batch(self, arrays: Mapping[str, np.ndarray], count: int) -> None:
+        """Insert `count` items stacked along axis 0."""
+
+    def __len__(self) -> int:
+        """Items held."""
+
+    def sample(self, batch_size: int) -> ArrayDict:
+        """A batch of `batch_size` items stacked along axis 0."""
+
+
+class LayoutError(ValueError):
+    """A batch whose keys, dtypes or item shapes differ from what the store holds."""
+
+
+class ColumnarRing:
+    """A ring of `capacity` items in per-key arrays, allocated on the first batch."""
+
+    def __init__(self, capacity: int, mode: Literal["fifo", "uniform"] = "fifo", seed: int = 0):
+        if capacity < 1:
+            raise ValueError("capacity must be >= 1")
+        if mode not in ("fifo", "uniform"):
+            raise ValueError(f"mode must be 'fifo' or 'uniform', got {mode!r}")
+        self.capacity = capacity
+        self.mode = mode
+        self._rng = np.random.default_rng(seed)
+        self._data: dict[str, np.ndarray] | None = None
+        self._start = 0
+        self._size = 0
+        self.added = 0
+        self.overwritten = 0
+        """Items dropped unsampled because the ring was full."""
+
+    def __len__(self) -> int:
+        return self._size
+
+    def _allocate(self, arrays: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        return {
+            k: np.empty((self.capacity, *np.shape(v)[1:]), dtype=np.asarray(v).dtype)
+            for k, v in arrays.items()
+        }
+
+    def _check(self, arrays: Mapping[str, np.ndarray], count: int) -> None:
+        assert self._data is not None
+        if arrays.keys() != self._data.keys():
+            raise LayoutError(f"keys {sorted(arrays)} differ from stored {sorted(self._data)}")
+        for k, v in arrays.items():
+            held = self._data[k]
+            if v.dtype != held.dtype or v.shape[1:] != held.shape[1:] or v.shape[0] != count:
+                raise LayoutError(
+                    f"{k!r}: got {v.dtype}{list(v.shape)} for {count} items, "
+                    f"store holds {held.dtype}{list(held.shape[1:])} per item"
+                )
+
+    def add_batch(self, arrays: Mapping[str, np.ndarray], count: int) -> None:
+        """Copy `count` stacked items in, dropping the oldest if the ring is full."""
+        if count <= 0:
+            return
+        if self._data is None:
+            self._data = self._allocate(arrays)
+        self._check(arrays, count)
+        offset = 0
+        if count > self.capacity:  # only the newest `capacity` items can survive
+            offset = count - self.capacity
+            self.overwritten += offset
+        n = count - offset
+        end = (self._start + self._size) % self.capacity
+        first = min(n, self.capacity - end)
+        for k, v in arrays.items():
+            dst = self._data[k]
+            dst[end : end + first] = v[offset : offset + first]
+            if first < n:
+                dst[: n - first] = v[offset + first : count]
+        overflow = max(0, self._size + n - self.capacity)
+        self.overwritten += overflow
+        self._start = (self._start + overflow) % self.capacity
+        self._size = min(self.capacity, self._size + n)
+        self.added += count
+
+    def add(self, item: Mapping[str, Any]) -> None:
+        """Insert one item (the `ReplayBuffer` interface)."""
+        self.add_batch({k: np.asarray(v)[None] for k, v in item.items()}, 1)
+
+    def sample(self, batch_size: int) -> ArrayDict:
+        """FIFO: the oldest `batch_size` items, removed. Uniform: random items, kept."""
+        if self._data is None or self._size == 0:
+            raise LayoutError("the store is empty")
+        if self.mode == "fifo":
+            n = min(batch_size, self._size)
+            idx = (self._start + np.arange(n)) % self.capacity
+            if self._start + n <= self.capacity:
+                out = {k: v[self._start : self._start + n].copy() for k, v in self._data.items()}
+            else:
+                out = {k: v[idx] for k, v in self._data.items()}
+            self._start = (self._start + n) % self.capacity
+            self._size -= n
+            return out
+        idx = (self._start + self._rng.integers(0, self._size, batch_size)) % self.capacity
+        return {k: v[idx] for k, v in self._data.items()}
+
+
+class ItemBufferAdapter:
+    """Gives an item-wise `ReplayBuffer` (from `surreal_kube.rl`) the batch interface."""
+
+    def __init__(self, buffer: Any) -> None:
+        self.buffer = buffer
+
+    def add_batch(self, arrays: Mapping[str, np.ndarray], count: int) -> None:
+        """Split the batch into items (views, no copies) and add them one by one."""
+        extend = getattr(self.buffer, "add_batch", None)
+        if callable(extend):
+            extend(arrays, count)
+            return
+        for i in range(count):
+            self.buffer.add({k: v[i] for k, v in arrays.items()})
+
+    def __len__(self) -> int:
+        return len(self.buffer)
+
+    def sample(self, batch_size: int) -> ArrayDict:
+        """The wrapped buffer's sample."""
+        return self.buffer.sample(batch_size)

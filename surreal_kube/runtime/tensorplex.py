@@ -1,0 +1,228 @@
+"""Role `tensorplex`: receives scalars from every role and writes TensorBoard event files.
+
+One TensorBoard run (a folder under `<experiment>/tensorboard/`) per source process: `learner`,
+`replay-shard-0`, `ps-shard-1`... Indexed sources are binned, so a fleet of agents stays readable:
+agent i's scalars are averaged with those of the other agents of its bin into run
+`agents/<lo>-<hi>` (bins of `session.metrics.agentBinSize` ids), evals likewise into `evals/...`.
+A bin is written once per `FLUSH_SECONDS` with the mean of the values it received and the largest
+step reported.
+
+Event files are written with the `tensorboard` package's own writer (no TensorFlow, no torch), and
+everything received is validated first: a source name becomes a folder name, so it must be a plain
+DNS-style label.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import re
+import time
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+import zmq
+from tensorboard.compat.proto import event_pb2, summary_pb2
+from tensorboard.summary.writer.event_file_writer import EventFileWriter
+
+from surreal_kube.comm import wire
+from surreal_kube.comm.sockets import make_socket
+from surreal_kube.runtime.base import RoleBase
+from surreal_kube.runtime.context import RoleContext
+from surreal_kube.runtime.lifecycle import Every, RateMeter, StopFlag
+
+log = logging.getLogger(__name__)
+
+FLUSH_SECONDS = 2.0
+MAX_TAGS = 512
+_SOURCE = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
+_TAG = re.compile(r"^[\w./-]{1,200}$")
+INDEXED_GROUPS = ("agents", "evals")
+
+
+class InvalidScalars(wire.WireError):
+    """A scalars message whose metadata breaks the rules above."""
+
+
+def parse_scalars(
+    meta: dict[str, Any],
+) -> tuple[str, str | None, int | None, int | None, float, dict[str, float]]:
+    """Check a scalars message: (source, group, index, step, time, values) or InvalidScalars."""
+    src, grp, idx, step, stamp, vals = (
+        meta.get(k) for k in ("src", "grp", "idx", "step", "t", "vals")
+    )
+    if not isinstance(src, str) or not _SOURCE.match(src):
+        raise InvalidScalars("bad-meta", f"source {str(src)[:70]!r}")
+    if grp is not None and grp not in INDEXED_GROUPS:
+        raise InvalidScalars("bad-meta", f"group {str(grp)[:40]!r}")
+    if grp is not None and (
+        not isinstance(idx, int) or isinstance(idx, bool) or not 0 <= idx < 1 << 20
+    ):
+        raise InvalidScalars("bad-meta", "index")
+    if step is not None and (not isinstance(step, int) or isinstance(step, bool) or step < 0):
+        raise InvalidScalars("bad-meta", "step")
+    if not isinstance(stamp, (int, float)) or isinstance(stamp, bool) or not math.isfinite(stamp):
+        raise InvalidScalars("bad-meta", "time")
+    if not isinstance(vals, dict) or not 0 < len(vals) <= MAX_TAGS:
+        raise InvalidScalars("bad-meta", "values")
+    values: dict[str, float] = {}
+    for tag, value in vals.items():
+        if not isinstance(tag, str) or not _TAG.match(tag) or ".." in tag:
+            raise InvalidScalars("bad-meta", f"tag {str(tag)[:40]!r}")
+        if (
+            not isinstance(value, (int, float))
+            or isinstance(value, bool)
+            or not math.isfinite(value)
+        ):
+            raise InvalidScalars("bad-meta", f"value of {tag!r}")
+        values[tag] = float(value)
+    return src, grp, idx if grp is not None else None, step, float(stamp), values
+
+
+def bin_name(group: str, index: int, bin_size: int, count: int | None = None) -> str:
+    """`agents`, 11, 8 -> `agents/8-15` (the last bin ends at `count - 1` when given)."""
+    lo = index // bin_size * bin_size
+    hi = lo + bin_size - 1
+    if count is not None and count > 0:
+        hi = min(hi, max(count - 1, lo))
+    return f"{group}/{lo}-{hi}"
+
+
+class ScalarWriter:
+    """Event files per run, plus the bins' running means."""
+
+    def __init__(self, logdir: Path) -> None:
+        self.logdir = logdir
+        self._writers: dict[str, EventFileWriter] = {}
+        self._steps: dict[str, int] = defaultdict(int)
+        # run -> tag -> [sum, count, max step, last time]
+        self._bins: dict[str, dict[str, list[float]]] = defaultdict(dict)
+        self.points = 0
+
+    def _writer(self, run: str) -> EventFileWriter:
+        writer = self._writers.get(run)
+        if writer is None:
+            path = self.logdir / run
+            path.mkdir(parents=True, exist_ok=True)
+            writer = EventFileWriter(str(path), flush_secs=FLUSH_SECONDS)
+            self._writers[run] = writer
+        return writer
+
+    def write(self, run: str, values: dict[str, float], step: int | None, stamp: float) -> None:
+        """Write one point per tag now (step: the given one, else a per-run counter)."""
+        if step is None:
+            step = self._steps[run]
+            self._steps[run] += 1
+        summary = summary_pb2.Summary(
+            value=[summary_pb2.Summary.Value(tag=t, simple_value=v) for t, v in values.items()]
+        )
+        self._writer(run).add_event(event_pb2.Event(wall_time=stamp, step=step, summary=summary))
+        self.points += len(values)
+
+    def accumulate(
+        self, run: str, values: dict[str, float], step: int | None, stamp: float
+    ) -> None:
+        """Add to a bin's running mean (written by `flush_bins`)."""
+        acc = self._bins[run]
+        for tag, value in values.items():
+            entry = acc.setdefault(tag, [0.0, 0.0, -1.0, stamp])
+            entry[0] += value
+            entry[1] += 1
+            entry[2] = max(entry[2], -1.0 if step is None else float(step))
+            entry[3] = max(entry[3], stamp)
+
+    def flush_bins(self) -> None:
+        """Write each bin's means since the last flush."""
+        for run, acc in self._bins.items():
+            by_step: dict[int | None, dict[str, float]] = defaultdict(dict)
+            last = 0.0
+            for tag, (total, n, step, stamp) in acc.items():
+                by_step[None if step < 0 else int(step)][tag] = total / n
+                last = max(last, stamp)
+            for step, values in by_step.items():
+                self.write(run, values, step, last)
+        self._bins.clear()
+
+    def flush(self) -> None:
+        """Push everything to disk."""
+        self.flush_bins()
+        for writer in self._writers.values():
+            writer.flush()
+
+    def close(self) -> None:
+        """Flush and close every event file."""
+        self.flush()
+        for writer in self._writers.values():
+            writer.close()
+
+
+class TensorplexRole(RoleBase):
+    """Role `tensorplex`: PULL scalars, write event files."""
+
+    def __init__(self, ctx: RoleContext, stop: StopFlag | None = None) -> None:
+        super().__init__(ctx, stop)
+        self.sock = make_socket(zmq.PULL, bind=ctx.bind("tensorplex"), rcvhwm=10_000)
+        self.writer = ScalarWriter(ctx.folder("tensorboard"))
+        self.rejects = wire.Rejects(log)
+        self.received = 0
+        metrics = ctx.spec.session.metrics
+        self.bin_size = metrics.agent_bin_size
+        self.counts = {"agents": ctx.spec.agents.count, "evals": ctx.spec.evals.count}
+
+    def handle(self, frames: list[Any]) -> None:
+        """Validate one message and write or accumulate its scalars."""
+        msg = wire.try_decode(
+            frames, self.rejects, expect=(wire.SCALARS,), max_bytes=0, where="tensorplex"
+        )
+        if msg is None:
+            return
+        try:
+            src, grp, idx, step, stamp, values = parse_scalars(msg.meta)
+        except InvalidScalars as exc:
+            self.rejects.add(exc, "tensorplex")
+            return
+        self.received += 1
+        if grp is not None and idx is not None:
+            run = bin_name(grp, idx, self.bin_size, self.counts.get(grp))
+            self.writer.accumulate(run, values, step, stamp)
+        else:
+            self.writer.write(src, values, step, stamp)
+
+    def run(self) -> None:
+        """Receive until stopped; flush bins and files every FLUSH_SECONDS."""
+        log.info("tensorplex writing to %s", self.writer.logdir)
+        flush, rate = Every(FLUSH_SECONDS), RateMeter()
+        own = 0
+        while not self.stop.is_set():
+            if self.sock.poll(100, zmq.POLLIN):
+                for _ in range(1000):
+                    try:
+                        frames = self.sock.recv_multipart(zmq.NOBLOCK, copy=False)
+                    except zmq.Again:
+                        break
+                    self.handle(frames)
+            if flush():
+                self.writer.write(
+                    "tensorplex",
+                    {
+                        "tensorplex/messages_per_s": rate.rate(self.received),
+                        "tensorplex/rejected_messages": float(self.rejects.total),
+                    },
+                    own,
+                    time.time(),
+                )
+                own += 1
+                self.writer.flush()
+
+    def close(self) -> None:
+        """Flush and close the event files and the socket."""
+        # Take what is already queued before closing, so a SIGTERM loses nothing that arrived.
+        while True:
+            try:
+                self.handle(self.sock.recv_multipart(zmq.NOBLOCK, copy=False))
+            except zmq.Again:
+                break
+        self.writer.close()
+        self.sock.close(0)
+        super().close()
