@@ -118,9 +118,13 @@ class ProgressFile:
                 }
             self.data[key] = value
 
+    def due(self) -> bool:
+        """True once `period` seconds passed since the last write."""
+        return time.monotonic() - self._last_write >= self.period
+
     def maybe_write(self) -> bool:
         """Write if `period` seconds passed since the last write."""
-        if time.monotonic() - self._last_write >= self.period:
+        if self.due():
             self.write()
             return True
         return False

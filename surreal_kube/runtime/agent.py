@@ -1,0 +1,229 @@
+"""Role `agents`: one process stepping the environments of a batch of agents.
+
+Agent ids of process `agents-<i>` are `range(i * batch, (i + 1) * batch)` (`agents.batch`); each
+agent steps `agents.envsPerAgent` environments, each with its own actor (actors keep per-episode
+state: partial sub-trajectories, recurrent state), all sharing the process's parameter client and
+experience sender. Parameters are fetched per `agents.fetchMode` (each episode start, or every
+`fetchInterval` steps); experience is sent `agents.flushIteration` items at a time.
+
+If the parameter server or replay is down, the agents keep stepping: a failed fetch keeps the
+current policy and is retried at the next due fetch, experience that cannot be sent is dropped
+and counted. Both show in the log, in tensorplex (`agent/fetch_failures`, `agent/items_dropped`)
+and in the progress file.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from surreal_kube.comm.experience import ExperienceSender
+from surreal_kube.comm.parameters import FetchSchedule, ParameterClient
+from surreal_kube.runtime.base import RoleBase
+from surreal_kube.runtime.context import RoleContext
+from surreal_kube.runtime.lifecycle import Every, RateMeter, StopFlag
+from surreal_kube.runtime.status import ProgressFile
+
+log = logging.getLogger(__name__)
+
+SEED_STRIDE = 1_000_003
+"""Seeds of an agent's environments and of its restarts stay apart by this much."""
+
+
+@dataclass
+class Slot:
+    """One environment and the actor that steps it."""
+
+    agent_id: int
+    env: Any
+    actor: Any
+    obs: Any = None
+    episode_return: float = 0.0
+    episode_steps: int = 0
+
+
+class AgentsRole(RoleBase):
+    """Role `agents`."""
+
+    def __init__(self, ctx: RoleContext, stop: StopFlag | None = None) -> None:
+        super().__init__(ctx, stop)
+        from surreal_kube.envs import env_spaces, make_env
+        from surreal_kube.rl.factory import actor_seed, make_actor
+
+        spec = ctx.spec
+        self.agent_ids = ctx.agent_ids
+        self.progress = ProgressFile(ctx.experiment_dir, ctx.experiment, ctx.process, ctx.role)
+        restarts = int(self.progress.data["restarts"])
+        obs_space, action_space = env_spaces(spec.env)
+        self.slots: list[Slot] = []
+        for aid in self.agent_ids:
+            for k in range(spec.agents.envs_per_agent):
+                env = make_env(spec.env)
+                actor = make_actor(spec, aid, "train", obs_space, action_space)
+                seed = actor_seed(spec, aid) + SEED_STRIDE * (
+                    k + spec.agents.envs_per_agent * restarts
+                )
+                obs, _ = env.reset(seed=seed % (2**31))
+                env.action_space.seed(seed % (2**31))
+                actor.reset()
+                self.slots.append(Slot(aid, env, actor, obs))
+        self.params = ParameterClient(
+            ctx.addr("ps-serve"),
+            timeout=spec.ps.timeout_seconds,
+            on_fetch_parameter_failed=self._on_fetch_failed,
+            on_fetch_parameter_success=self._on_fetch_success,
+        )
+        self.sender = ExperienceSender(
+            ctx.addr("replay-collector"),
+            flush_iteration=spec.agents.flush_iteration,
+            timeout=spec.ps.timeout_seconds,
+            source=ctx.process,
+        )
+        self.schedule = FetchSchedule(spec.agents.fetch_mode, spec.agents.fetch_interval)
+        self.steps_per_agent = {aid: 0 for aid in self.agent_ids}
+        self.episodes = 0
+        self.returns: dict[int, list[float]] = {aid: [] for aid in self.agent_ids}
+        self.last_return: float | None = None
+        self._fetch_down = False
+
+    def _on_fetch_failed(self) -> None:
+        if not self._fetch_down:
+            log.warning(
+                "parameter server at %s did not answer within %.1fs; acting with the current "
+                "policy and retrying",
+                self.params.addr,
+                self.params.timeout,
+            )
+        self._fetch_down = True
+
+    def _on_fetch_success(self) -> None:
+        if self._fetch_down:
+            log.info("parameter server reachable again")
+        self._fetch_down = False
+
+    @property
+    def param_version(self) -> int:
+        """Iteration of the parameters the actors use (-1: initial weights)."""
+        return self.params.info.iteration if self.params.info else -1
+
+    def fetch(self) -> None:
+        """Fetch and, when new, load the parameters into every actor."""
+        params = self.params.fetch()
+        if params is None:
+            return
+        for slot in self.slots:
+            slot.actor.load_parameters(params)
+        if self.params.updates == 1:
+            log.info("first parameters received (iteration %d)", self.param_version)
+
+    def step(self, episode_started: bool) -> bool:
+        """Step every environment once; returns whether an episode started in any of them."""
+        if self.schedule.due(episode_start=episode_started):
+            self.fetch()
+        started = False
+        for slot in self.slots:
+            action = slot.actor.act(slot.obs)
+            next_obs, reward, terminated, truncated, _ = slot.env.step(action)
+            items = slot.actor.observe(
+                slot.obs, action, float(reward), next_obs, terminated, truncated
+            )
+            if items:
+                self.sender.send(items)
+            slot.episode_return += float(reward)
+            slot.episode_steps += 1
+            self.steps_per_agent[slot.agent_id] += 1
+            if terminated or truncated:
+                self.returns[slot.agent_id].append(slot.episode_return)
+                self.last_return = slot.episode_return
+                self.episodes += 1
+                slot.episode_return, slot.episode_steps = 0.0, 0
+                next_obs, _ = slot.env.reset()
+                slot.actor.reset()
+                started = True
+            slot.obs = next_obs
+        return started
+
+    def run(self) -> None:
+        """Step until stopped."""
+        spec = self.ctx.spec
+        log.info(
+            "agents %s: %d environment(s) of %s, fetching per %s",
+            ",".join(map(str, self.agent_ids)),
+            len(self.slots),
+            spec.env.id,
+            spec.agents.fetch_mode,
+        )
+        self.progress.write("running")
+        report = Every(spec.session.metrics.agent_interval_seconds)
+        step_rate, item_rate = RateMeter(), RateMeter()
+        started = True
+        while not self.stop.is_set():
+            started = self.step(started)
+            if report():
+                self._report(
+                    step_rate.rate(self.total_steps), item_rate.rate(self.sender.sent_items)
+                )
+            if self.progress.due():
+                self._update_progress()
+                self.progress.write()
+
+    @property
+    def total_steps(self) -> int:
+        """Env steps of this run, over all agents of the process."""
+        return sum(self.steps_per_agent.values())
+
+    def _report(self, steps_per_s: float, items_per_s: float) -> None:
+        per_agent = steps_per_s / max(1, len(self.agent_ids))
+        for aid in self.agent_ids:
+            values: dict[str, float] = {"agent/env_steps_per_s": per_agent}
+            if self.returns[aid]:
+                values["charts/episodic_return"] = float(np.mean(self.returns[aid]))
+                self.returns[aid].clear()
+            self.report(values, self.steps_per_agent[aid], index=aid)
+        info = self.params.info
+        self.report(
+            {
+                "agent/items_sent_per_s": items_per_s,
+                "agent/items_dropped": self.sender.dropped_items,
+                "agent/fetch_failures": self.params.failures,
+                "agent/param_version": self.param_version,
+                "agent/param_age_s": time.time() - info.time if info else -1.0,
+            },
+            self.total_steps,
+        )
+        self.progress.update(
+            rates={"env_steps_per_s": steps_per_s, "items_sent_per_s": items_per_s}
+        )
+
+    def _update_progress(self) -> None:
+        self.progress.update(
+            env_steps=self.total_steps,
+            env_steps_per_agent=self.steps_per_agent,
+            episodes=self.episodes,
+            last_episode_return=self.last_return,
+            param_version=self.param_version,
+            extra={
+                "items_sent": self.sender.sent_items,
+                "items_dropped": self.sender.dropped_items,
+                "replay_reachable": self.sender.healthy,
+                "fetch_failures": self.params.failures,
+                "parameter_server_reachable": not self._fetch_down,
+            },
+        )
+
+    def close(self) -> None:
+        """Flush experience, write the final progress, close sockets and environments."""
+        try:
+            self.sender.flush()
+        finally:
+            self._update_progress()
+            self.progress.write("stopped")
+            self.sender.close()
+            self.params.close()
+            for slot in self.slots:
+                slot.env.close()
+            super().close()

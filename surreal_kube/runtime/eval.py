@@ -1,0 +1,148 @@
+"""Role `eval`: runs the newest policy without exploration and reports its returns.
+
+Every `evals.intervalSeconds` an evaluator fetches the newest parameters and plays
+`evals.episodes` episodes, deterministic (mean action) or stochastic per `evals.mode`. The mean
+return goes to tensorplex (`charts/eval_return`, binned under `evals/`) and to the progress file
+(`last_return`), which the local backend reports and the learner uses to keep its best
+checkpoints. With `evals.recordVideo`, the first episode of each run is written to
+`<experiment>/videos/<process>/iter-<iteration>.mp4`.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+import numpy as np
+
+from surreal_kube.comm.parameters import ParameterClient
+from surreal_kube.runtime.base import RoleBase
+from surreal_kube.runtime.context import RoleContext
+from surreal_kube.runtime.lifecycle import StopFlag
+from surreal_kube.runtime.status import ProgressFile
+
+log = logging.getLogger(__name__)
+
+
+class EvalRole(RoleBase):
+    """Role `eval`."""
+
+    def __init__(self, ctx: RoleContext, stop: StopFlag | None = None) -> None:
+        super().__init__(ctx, stop)
+        from surreal_kube.envs import env_spaces, make_env
+        from surreal_kube.rl.factory import actor_seed, make_actor
+
+        spec = ctx.spec
+        self.progress = ProgressFile(ctx.experiment_dir, ctx.experiment, ctx.process, ctx.role)
+        self.mode = (
+            "eval_deterministic" if spec.evals.mode == "deterministic" else "eval_stochastic"
+        )
+        obs_space, action_space = env_spaces(spec.env)
+        self.record = spec.evals.record_video
+        self.env: Any = make_env(spec.env, record_video=self.record)
+        self.actor = make_actor(spec, ctx.index, self.mode, obs_space, action_space)  # type: ignore[arg-type]
+        restarts = int(self.progress.data["restarts"])
+        self.seed = (actor_seed(spec, ctx.index, self.mode) + 7919 * restarts) % (2**31)  # type: ignore[arg-type]
+        self.params = ParameterClient(ctx.addr("ps-serve"), timeout=spec.ps.timeout_seconds)
+        self.env_steps = 0
+        self.episodes = 0
+        self.evaluations = 0
+        previous = self.progress.data.get("last_return")
+        self.last_return: float | None = previous if isinstance(previous, float) else None
+
+    @property
+    def param_version(self) -> int:
+        """Iteration of the parameters evaluated (-1: initial weights)."""
+        return self.params.info.iteration if self.params.info else -1
+
+    def episode(self, seed: int, video: str | None = None) -> float | None:
+        """Play one episode; its return, or None if a stop interrupted it."""
+        obs, _ = self.env.reset(seed=seed)
+        self.actor.reset()
+        if video is not None:
+            self.env.start_record(video)
+        total, done = 0.0, False
+        try:
+            while not done:
+                if self.stop.is_set():
+                    return None
+                action = self.actor.act(obs)
+                next_obs, reward, terminated, truncated, _ = self.env.step(action)
+                self.actor.observe(obs, action, float(reward), next_obs, terminated, truncated)
+                total += float(reward)
+                self.env_steps += 1
+                obs = next_obs
+                done = terminated or truncated
+        finally:
+            if video is not None:
+                self.env.stop_record()
+        self.episodes += 1
+        return total
+
+    def evaluate(self) -> float | None:
+        """Fetch, then play `evals.episodes` episodes; the mean return (None if interrupted)."""
+        params = self.params.fetch()
+        if params is not None:
+            self.actor.load_parameters(params)
+        returns = []
+        for k in range(self.ctx.spec.evals.episodes):
+            video = None
+            if self.record and k == 0:
+                folder = self.ctx.folder("videos") / self.ctx.process
+                folder.mkdir(parents=True, exist_ok=True)
+                video = str(folder / f"iter-{self.param_version}.mp4")
+            ret = self.episode(self.seed + self.evaluations * 1000 + k, video)
+            if ret is None:
+                return None
+            returns.append(ret)
+        self.evaluations += 1
+        self.last_return = float(np.mean(returns))
+        return self.last_return
+
+    def run(self) -> None:
+        """Evaluate every `intervalSeconds` until stopped."""
+        spec = self.ctx.spec.evals
+        log.info(
+            "eval %d: %s, %d episode(s) every %.0fs",
+            self.ctx.index,
+            spec.mode,
+            spec.episodes,
+            spec.interval_seconds,
+        )
+        self.progress.write("running")
+        while not self.stop.is_set():
+            started = time.monotonic()
+            result = self.evaluate()
+            if result is not None:
+                log.info(
+                    "evaluation %d: return %.2f (parameters of iteration %d)",
+                    self.evaluations,
+                    result,
+                    self.param_version,
+                )
+                self.report(
+                    {"charts/eval_return": result, "eval/param_version": self.param_version},
+                    max(self.param_version, 0),
+                )
+            self._update_progress()
+            self.progress.write()
+            self.stop.wait(max(0.0, spec.interval_seconds - (time.monotonic() - started)))
+
+    def _update_progress(self) -> None:
+        self.progress.update(
+            env_steps=self.env_steps,
+            episodes=self.episodes,
+            evaluations=self.evaluations,
+            last_return=self.last_return,
+            param_version=self.param_version,
+            extra={"fetch_failures": self.params.failures},
+        )
+
+    def close(self) -> None:
+        """Write the final progress and close the environment and socket."""
+        self._update_progress()
+        self.progress.write("stopped")
+        self.params.close()
+        self.env.close()
+        super().close()
