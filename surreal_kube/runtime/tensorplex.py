@@ -166,6 +166,7 @@ class TensorplexRole(RoleBase):
         self.writer = ScalarWriter(ctx.folder("tensorboard"))
         self.rejects = wire.Rejects(log)
         self.received = 0
+        self._own_step = 0
         metrics = ctx.spec.session.metrics
         self.bin_size = metrics.agent_bin_size
         self.counts = {"agents": ctx.spec.agents.count, "evals": ctx.spec.evals.count}
@@ -193,7 +194,6 @@ class TensorplexRole(RoleBase):
         """Receive until stopped; flush bins and files every FLUSH_SECONDS."""
         log.info("tensorplex writing to %s", self.writer.logdir)
         flush, rate = Every(FLUSH_SECONDS), RateMeter()
-        own = 0
         while not self.stop.is_set():
             if self.sock.poll(100, zmq.POLLIN):
                 for _ in range(1000):
@@ -203,17 +203,20 @@ class TensorplexRole(RoleBase):
                         break
                     self.handle(frames)
             if flush():
-                self.writer.write(
-                    "tensorplex",
-                    {
-                        "tensorplex/messages_per_s": rate.rate(self.received),
-                        "tensorplex/rejected_messages": float(self.rejects.total),
-                    },
-                    own,
-                    time.time(),
-                )
-                own += 1
+                self._write_own(rate.rate(self.received))
                 self.writer.flush()
+
+    def _write_own(self, messages_per_s: float) -> None:
+        self.writer.write(
+            "tensorplex",
+            {
+                "tensorplex/messages_per_s": messages_per_s,
+                "tensorplex/rejected_messages": float(self.rejects.total),
+            },
+            self._own_step,
+            time.time(),
+        )
+        self._own_step += 1
 
     def close(self) -> None:
         """Flush and close the event files and the socket."""
@@ -223,6 +226,7 @@ class TensorplexRole(RoleBase):
                 self.handle(self.sock.recv_multipart(zmq.NOBLOCK, copy=False))
             except zmq.Again:
                 break
+        self._write_own(0.0)
         self.writer.close()
         self.sock.close(0)
         super().close()

@@ -1,0 +1,111 @@
+"""Experience sending: stacking, never hanging on a dead replay, reporting drops, recovering."""
+
+from __future__ import annotations
+
+import logging
+import time
+
+import numpy as np
+import zmq
+
+from surreal_kube.comm import wire
+from surreal_kube.comm.experience import ExperienceReceiver, ExperienceSender, stack_items
+from surreal_kube.comm.sockets import make_socket
+from tests.comm.ports import free_addr
+
+
+def _item(i: int, horizon: int = 25) -> dict[str, np.ndarray]:
+    return {"obs": np.full((horizon, 3), i, np.float32), "done": np.zeros(horizon, bool)}
+
+
+def test_stack_items_groups_by_layout_in_order():
+    groups = stack_items([_item(0), _item(1), _item(2, horizon=7), _item(3)])
+    assert [(g["obs"].shape, n) for g, n in groups] == [((3, 25, 3), 3), ((1, 7, 3), 1)]
+    np.testing.assert_array_equal(groups[0][0]["obs"][:, 0, 0], [0, 1, 3])
+
+
+def test_sender_flushes_every_flush_iteration_items_as_one_message():
+    addr = free_addr()
+    receiver = make_socket(zmq.PULL, bind=addr)
+    sender = ExperienceSender(addr, flush_iteration=4, timeout=2.0)
+    try:
+        for i in range(3):
+            sender.send(_item(i))
+        assert sender.sent_messages == 0  # buffered
+        sender.send(_item(3))
+        assert sender.sent_messages == 1 and sender.sent_items == 4
+        assert receiver.poll(2000)
+        msg = wire.decode(receiver.recv_multipart(copy=False), expect=(wire.EXPERIENCE,))
+        assert msg.meta["n"] == 4
+        assert msg.arrays["obs"].shape == (4, 25, 3)
+        np.testing.assert_array_equal(msg.arrays["obs"][:, 0, 0], [0, 1, 2, 3])
+    finally:
+        sender.close()
+        receiver.close(0)
+
+
+def test_sender_to_dead_replay_times_out_reports_drop_and_recovers(caplog):
+    addr = free_addr()  # nobody listens here
+    sender = ExperienceSender(addr, flush_iteration=1, timeout=0.3)
+    receiver = None
+    try:
+        with caplog.at_level(logging.WARNING, logger="surreal_kube.comm.experience"):
+            started = time.monotonic()
+            sender.send(_item(0))
+            first = time.monotonic() - started
+        assert 0.2 < first < 2.0, first  # waited about the timeout, never forever
+        assert sender.dropped_items == 1 and sender.sent_items == 0 and not sender.healthy
+        assert any("dropping 1 items" in r.getMessage() for r in caplog.records)
+
+        # While replay stays down, further sends are dropped without waiting.
+        started = time.monotonic()
+        for i in range(50):
+            sender.send(_item(i))
+        assert time.monotonic() - started < 0.5
+        assert sender.dropped_items == 51 and sender.dropped_messages == 51
+
+        # Replay comes up at that address: sending resumes on its own.
+        pull = receiver = make_socket(zmq.PULL, bind=addr)
+        deadline = time.monotonic() + 10
+        with caplog.at_level(logging.INFO, logger="surreal_kube.comm.experience"):
+            while sender.sent_items == 0 and time.monotonic() < deadline:
+                sender.send(_item(99))
+                time.sleep(0.05)
+        assert sender.sent_items >= 1 and sender.healthy
+        assert any("reachable again" in r.getMessage() for r in caplog.records)
+        assert pull.poll(2000)
+        msg = wire.decode(pull.recv_multipart(copy=False))
+        assert msg.arrays["obs"][0, 0, 0] == 99
+    finally:
+        sender.close()
+        if receiver is not None:
+            receiver.close(0)
+
+
+def test_receiver_counts_messages_that_do_not_stack():
+    addr = free_addr()
+    push = make_socket(zmq.PUSH, bind=addr)  # the load balancer's side
+    receiver = ExperienceReceiver(addr, wait_connected=5.0)
+    assert receiver.connected
+    try:
+        bad = [
+            wire.encode(wire.EXPERIENCE, {"n": 3}, {"obs": np.zeros((2, 4), np.float32)}),
+            wire.encode(wire.EXPERIENCE, {"n": "3"}, {"obs": np.zeros((3, 4), np.float32)}),
+            wire.encode(wire.EXPERIENCE, {"n": 1}, {}),
+            wire.encode(wire.PARAMS, {"n": 1}, {"obs": np.zeros((1, 4), np.float32)}),
+            [b"junk"],
+        ]
+        for frames in bad:
+            push.send_multipart(frames, copy=False)
+        push.send_multipart(
+            wire.encode(wire.EXPERIENCE, {"n": 2}, {"obs": np.ones((2, 4), np.float32)})
+        )
+        got = None
+        deadline = time.monotonic() + 5
+        while got is None and time.monotonic() < deadline:
+            got = receiver.recv(timeout_ms=100)
+        assert got is not None and got[1] == 2
+        assert receiver.rejects.total == 5 and receiver.items == 2
+    finally:
+        push.close(0)
+        receiver.close()
