@@ -1,0 +1,265 @@
+"""Placement: which node pool each workload runs on, and the pre-flight check that it fits.
+
+Every group of the topology becomes one workload whose pods all ask for the same thing: the
+component's resources (`spec.resources`), which describe one whole pod. A component goes to the
+pool the spec names (`spec.placement`), or else to a pool chosen by fit:
+
+- a GPU pod only to a pool with enough `nvidia.com/gpu` per node; it tolerates the pool's taints;
+- a CPU pod only to an untainted pool, preferring pools without GPUs (GPU nodes are for GPU work);
+- among those, the smallest node that holds one pod (least waste), then the pool name.
+
+Then the whole experiment is packed onto the pools' nodes (first fit, every replica, CPU, memory,
+GPUs and pod slots). A component that does not fit is refused before anything is created, with a
+message saying which component, what it asked for and what the largest pool offers. Capacity is
+what the profile says (or the nodes' allocatable when discovered), not what is free right now.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from surreal_kube.errors import SpecError
+from surreal_kube.experiment.quantity import parse_memory
+from surreal_kube.experiment.spec import Experiment
+from surreal_kube.experiment.topology import Group, Topology
+from surreal_kube.launch.kube.profile import (
+    DEFAULT_POOL_LABEL,
+    GPU_RESOURCE,
+    ClusterProfile,
+    NodePool,
+    to_millicpu,
+)
+
+GPU_TOLERATION = {"key": GPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"}
+"""Without a profile, GPU pods tolerate the usual GPU taint (GKE adds the same automatically)."""
+
+
+@dataclass(frozen=True)
+class PodShape:
+    """What one pod asks for: millicores, bytes, GPUs."""
+
+    millicpu: int
+    memory: int
+    gpus: int
+
+    def describe(self) -> str:
+        """`cpu 2, memory 4Gi, nvidia.com/gpu 1`."""
+        text = f"cpu {format_cpu(self.millicpu)}, memory {format_memory(self.memory)}"
+        return text + (f", {GPU_RESOURCE} {self.gpus}" if self.gpus else "")
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where one group's pods go: what the pod template carries."""
+
+    group: str
+    pool: str | None
+    """The chosen pool, None when rendering without a profile and without an explicit pool."""
+    node_selector: dict[str, str] = field(default_factory=dict)
+    tolerations: tuple[dict[str, str], ...] = ()
+
+
+def format_cpu(millicpu: int) -> str:
+    """2000 -> `2`, 500 -> `500m`: the shortest exact Kubernetes quantity."""
+    return str(millicpu // 1000) if millicpu % 1000 == 0 else f"{millicpu}m"
+
+
+def format_memory(size: int) -> str:
+    """The shortest exact binary quantity: 4294967296 -> `4Gi`, 1000 -> `1000`."""
+    for suffix, factor in (("Ti", 2**40), ("Gi", 2**30), ("Mi", 2**20), ("Ki", 2**10)):
+        if size % factor == 0:
+            return f"{size // factor}{suffix}"
+    return str(size)
+
+
+def pod_shape(exp: Experiment, component: str) -> PodShape:
+    """The requests of one pod of `component` (the spec's resources or the default)."""
+    res = exp.spec.component_resources(component)
+    return PodShape(to_millicpu(res.cpu), parse_memory(res.memory), res.gpu)
+
+
+def place(exp: Experiment, topo: Topology, profile: ClusterProfile | None) -> dict[str, Placement]:
+    """Placement of every group, checked against the profile's pools (SpecError if it cannot fit).
+
+    Without a profile nothing can be checked: explicit pools become node selectors on the default
+    pool label and GPU pods tolerate the GPU taint, everything else is left to the scheduler.
+    """
+    if profile is None:
+        return {g.name: _unchecked(exp, g) for g in topo.groups}
+    if not profile.pools:
+        raise SpecError("the cluster profile lists no node pools: nothing to place the pods on")
+    packer = _Packer(profile.pools)
+    out: dict[str, Placement] = {}
+    # GPU workloads first, then the largest: they have the fewest places to go.
+    order = sorted(
+        topo.groups,
+        key=lambda g: (
+            -pod_shape(exp, g.component).gpus,
+            -g.replicas * pod_shape(exp, g.component).millicpu,
+            g.name,
+        ),
+    )
+    for group in order:
+        shape = pod_shape(exp, group.component)
+        pool = _place_group(exp, profile, packer, group, shape)
+        tolerations = tuple(t.toleration() for t in pool.node_taints)
+        out[group.name] = Placement(group.name, pool.name, profile.node_selector(pool), tolerations)
+    return {g.name: out[g.name] for g in topo.groups}
+
+
+def _unchecked(exp: Experiment, group: Group) -> Placement:
+    pool = exp.spec.placement.get(group.component)
+    selector = {DEFAULT_POOL_LABEL: pool} if pool else {}
+    gpus = pod_shape(exp, group.component).gpus
+    return Placement(group.name, pool, selector, (dict(GPU_TOLERATION),) if gpus else ())
+
+
+def _fits_node(pool: NodePool, shape: PodShape) -> bool:
+    return (
+        shape.millicpu <= pool.millicpu
+        and shape.memory <= pool.memory_bytes
+        and shape.gpus <= pool.gpus
+        and pool.count > 0
+    )
+
+
+def _candidates(profile: ClusterProfile, shape: PodShape) -> list[NodePool]:
+    """Pools a component may go to by fit, best first (see the module docstring)."""
+    out = []
+    for pool in profile.pools:
+        if not _fits_node(pool, shape):
+            continue
+        foreign = [t for t in pool.node_taints if not (shape.gpus and t.key == GPU_RESOURCE)]
+        if foreign:
+            continue  # a tainted pool is only used when the spec names it
+        out.append(pool)
+    return sorted(
+        out,
+        key=lambda p: (p.gpus > 0 and not shape.gpus, p.gpus, p.millicpu, p.memory_bytes, p.name),
+    )
+
+
+def _place_group(
+    exp: Experiment, profile: ClusterProfile, packer: _Packer, group: Group, shape: PodShape
+) -> NodePool:
+    named = exp.spec.placement.get(group.component)
+    who = _who(group)
+    if named is not None:
+        pool = profile.pool(named)
+        if pool is None:
+            known = ", ".join(p.name for p in profile.pools)
+            raise SpecError(
+                f"spec.placement.{group.component}: no node pool {named!r} in the cluster "
+                f"profile; pools: {known}"
+            )
+        if not _fits_node(pool, shape):
+            raise SpecError(
+                f"cannot place {who} on node pool {pool.name!r}: each pod asks for "
+                f"{shape.describe()}, a node of {pool.name} offers {_offer(pool)}"
+            )
+        if not packer.pack(pool, group.replicas, shape, _taken(group, shape)):
+            raise SpecError(_too_many(who, group, shape, pool, packer))
+        return pool
+    candidates = _candidates(profile, shape)
+    if not candidates:
+        largest = _largest(profile.pools, shape)
+        kind = f"offering {GPU_RESOURCE}" if shape.gpus else "without other taints"
+        usable = [p for p in profile.pools if not p.node_taints or shape.gpus]
+        suffix = f" (largest pool {kind})" if usable and largest in usable else ""
+        raise SpecError(
+            f"cannot place {who}: each pod asks for {shape.describe()}; no node pool has a "
+            f"node that large: the largest pool{suffix}, {largest.name}, offers "
+            f"{_offer(largest)} per node"
+        )
+    for pool in candidates:
+        if packer.pack(pool, group.replicas, shape, _taken(group, shape)):
+            return pool
+    best = _largest(candidates, shape)
+    raise SpecError(_too_many(who, group, shape, best, packer))
+
+
+def _who(group: Group) -> str:
+    return group.name if group.name == group.component else f"{group.name} ({group.component})"
+
+
+def _taken(group: Group, shape: PodShape) -> str:
+    n = group.replicas
+    each = shape.describe()
+    return f"{group.name} ({n} x {each})" if n != 1 else f"{group.name} ({each})"
+
+
+def _offer(pool: NodePool) -> str:
+    text = f"cpu {format_cpu(pool.millicpu)}, memory {format_memory(pool.memory_bytes)}"
+    return text + f", {GPU_RESOURCE} {pool.gpus}"
+
+
+def _largest(pools: list[NodePool], shape: PodShape) -> NodePool:
+    """The pool with the most of what the pod needs most: GPUs for GPU pods, else CPU."""
+    if shape.gpus:
+        return max(pools, key=lambda p: (p.gpus * p.count, p.millicpu * p.count, p.name))
+    return max(pools, key=lambda p: (p.millicpu * p.count, p.memory_bytes * p.count, p.name))
+
+
+def _too_many(who: str, group: Group, shape: PodShape, pool: NodePool, packer: _Packer) -> str:
+    n = group.replicas
+    total = PodShape(shape.millicpu * n, shape.memory * n, shape.gpus * n)
+    pods = f"{n} pods" if n != 1 else "1 pod"
+    used = packer.used_by(pool)
+    taken = f"; already placed there: {', '.join(used)}" if used else ""
+    return (
+        f"cannot place {who}: {pods} of {shape.describe()} ({total.describe()} in total) do not "
+        f"fit the node pools: the largest pool for it, {pool.name}, has {pool.count} nodes of "
+        f"{_offer(pool)}, {pool.pods} pods each ({_pool_total(pool)} in total){taken}"
+    )
+
+
+def _pool_total(pool: NodePool) -> str:
+    n = pool.count
+    text = f"cpu {format_cpu(pool.millicpu * n)}, memory {format_memory(pool.memory_bytes * n)}"
+    return text + f", {GPU_RESOURCE} {pool.gpus * n}"
+
+
+class _Packer:
+    """First-fit of identical pods onto the nodes of each pool, remembering who took what."""
+
+    def __init__(self, pools: list[NodePool]) -> None:
+        self.free: dict[str, list[list[int]]] = {
+            p.name: [[p.millicpu, p.memory_bytes, p.gpus, p.pods] for _ in range(p.count)]
+            for p in pools
+        }
+        self.placed: dict[str, list[str]] = {p.name: [] for p in pools}
+
+    def pack(self, pool: NodePool, replicas: int, shape: PodShape, who: str = "") -> bool:
+        """Put `replicas` pods on `pool` if they all fit; leave the pool untouched if not."""
+        nodes = [list(n) for n in self.free[pool.name]]
+        left = replicas
+        for node in nodes:
+            if left == 0:
+                break
+            fit = min(
+                node[0] // shape.millicpu if shape.millicpu else left,
+                node[1] // shape.memory if shape.memory else left,
+                node[2] // shape.gpus if shape.gpus else left,
+                node[3],
+                left,
+            )
+            node[0] -= fit * shape.millicpu
+            node[1] -= fit * shape.memory
+            node[2] -= fit * shape.gpus
+            node[3] -= fit
+            left -= fit
+        if left:
+            return False
+        self.free[pool.name] = nodes
+        if who:
+            self.placed[pool.name].append(who)
+        return True
+
+    def used_by(self, pool: NodePool) -> list[str]:
+        return list(self.placed[pool.name])
+
+
+def placement_summary(placements: Mapping[str, Placement]) -> dict[str, str | None]:
+    """group -> pool, for messages and `status`."""
+    return {g: p.pool for g, p in placements.items()}

@@ -1,0 +1,372 @@
+"""Rendering: an experiment's topology -> Kubernetes objects, through Jinja templates.
+
+One template per kind (package data under `templates/`); this module computes every value the
+templates print and nothing else decides a name, a port or an address:
+
+- a ConfigMap `<exp>-config` with the resolved spec, mounted read-only (SURREAL_CONFIG);
+- the experiment volume (a PersistentVolumeClaim `<exp>-data`, or what the profile configures);
+- per group: a Deployment (single replica) or a StatefulSet (agents, evals: the pod ordinal is
+  SURREAL_INDEX, read from the `apps.kubernetes.io/pod-index` label through the downward API), one
+  container per process of the group;
+- per group that binds cluster endpoints: a Service `<exp>-<group>` whose DNS name is exactly what
+  `Topology.addresses_kube` hands the connecting roles; per StatefulSet: its headless Service.
+
+Rendering is deterministic: the same experiment, namespace, owner, images and profile give
+byte-identical YAML (`dump_objects`). Templates use StrictUndefined, so a missing value is an error.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from functools import lru_cache
+from typing import Any
+
+import yaml
+
+from surreal_kube.errors import LaunchError
+from surreal_kube.experiment.resolve import dump_yaml, experiment_topology
+from surreal_kube.experiment.spec import Experiment
+from surreal_kube.experiment.topology import ENDPOINTS, ENV_PREFIX, Group, Process, Topology
+from surreal_kube.launch.kube import naming
+from surreal_kube.launch.kube.gpus import ContainerGPUs, container_gpus
+from surreal_kube.launch.kube.ownership import RETAIN_ANNOTATION, owner_reference
+from surreal_kube.launch.kube.placement import (
+    Placement,
+    format_cpu,
+    format_memory,
+    place,
+    pod_shape,
+)
+from surreal_kube.launch.kube.profile import ClusterProfile
+
+CONFIG_DIR = "/etc/surreal"
+CONFIG_KEY = "experiment.yaml"
+ROLE_COMMAND = "surreal-kube-role"
+_MAX_PORT_NAME = 15
+
+
+# ------------------------------------------------------------------------------------- jinja
+
+
+def _quote(value: Any) -> str:
+    """JSON is valid YAML: a quoted scalar (or flow list) that no value can break out of."""
+    return json.dumps(value)
+
+
+@lru_cache(maxsize=1)
+def _environment() -> Any:
+    import jinja2
+
+    env = jinja2.Environment(
+        loader=jinja2.PackageLoader("surreal_kube.launch.kube", "templates"),
+        trim_blocks=True,
+        lstrip_blocks=True,
+        keep_trailing_newline=True,
+        undefined=jinja2.StrictUndefined,
+        autoescape=False,
+    )
+    env.filters["q"] = _quote
+    return env
+
+
+def _load_all(text: str) -> list[dict[str, Any]]:
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # same safe semantics, in C
+    return [doc for doc in yaml.load_all(text, Loader=loader) if doc]
+
+
+# ------------------------------------------------------------------------------------ public
+
+
+def render_experiment(
+    exp: Experiment,
+    namespace: str,
+    *,
+    owner: Mapping[str, Any] | None = None,
+    images: Mapping[str, str] | None = None,
+    profile: ClusterProfile | None = None,
+) -> list[dict[str, Any]]:
+    """Every object of the experiment as plain dicts, the root first (see ownership.py).
+
+    Args:
+        exp: the resolved experiment.
+        namespace: where the objects go; Service DNS names include it.
+        owner: the root object ({apiVersion, kind, name, uid}), e.g. the `Experiment` custom
+            resource. None: the ConfigMap is the root. Without a uid no ownerReferences are
+            written: the applier sets them with `ownership.set_owner` once the root exists.
+        images: image name in `spec.images` ("cpu", "gpu") -> exact reference. None: prebuilt
+            images as the spec names them, builds at their content-hash tag computed from the
+            files (`images.planned_references`, which needs the build context on disk).
+        profile: the cluster profile: node pools (placement is checked, SpecError if it cannot
+            fit), experiment volume, registry, pull secrets. None: nothing is checked and the
+            defaults apply (a ReadWriteMany PVC, GPU pods tolerate the GPU taint).
+    """
+    return _load_all(render_text(exp, namespace, owner=owner, images=images, profile=profile))
+
+
+def render_text(
+    exp: Experiment,
+    namespace: str,
+    *,
+    owner: Mapping[str, Any] | None = None,
+    images: Mapping[str, str] | None = None,
+    profile: ClusterProfile | None = None,
+) -> str:
+    """The templates' raw output (a multi-document YAML stream); see render_experiment."""
+    from surreal_kube.experiment.names import label_problem
+
+    problem = label_problem(namespace)
+    if problem:
+        raise LaunchError(f"invalid namespace {namespace!r}: a DNS label {problem}")
+    profile_given = profile is not None
+    profile = profile or ClusterProfile()
+    topo = experiment_topology(exp)
+    placements = place(exp, topo, profile if profile_given else None)
+    refs = dict(images) if images is not None else _planned(exp, profile)
+    ctx = _Context(exp, topo, namespace, owner, refs, profile, placements)
+    env = _environment()
+    docs = [env.get_template("configmap.yaml.j2").render(namespace=namespace, config=ctx.config())]
+    claim = ctx.claim()
+    if claim is not None:
+        docs.append(
+            env.get_template("persistentvolumeclaim.yaml.j2").render(
+                namespace=namespace, claim=claim
+            )
+        )
+    for group in topo.groups:
+        for service in ctx.services(group):
+            docs.append(
+                env.get_template("service.yaml.j2").render(namespace=namespace, service=service)
+            )
+    for group in topo.groups:
+        kind = "statefulset" if group.replicated else "deployment"
+        docs.append(
+            env.get_template(f"{kind}.yaml.j2").render(
+                namespace=namespace, workload=ctx.workload(group)
+            )
+        )
+    return "".join(d if d.startswith("---") else "---\n" + d for d in docs)
+
+
+def dump_objects(objects: list[Mapping[str, Any]], output: str = "yaml") -> str:
+    """Objects as a YAML stream (multi-line strings as blocks) or a JSON List, deterministic."""
+    if output == "json":
+        doc = {"apiVersion": "v1", "kind": "List", "items": list(objects)}
+        return json.dumps(doc, indent=2) + "\n"
+    if output != "yaml":
+        raise LaunchError(f"unknown output format {output!r}: yaml or json")
+    return yaml.dump_all(
+        list(objects), Dumper=_Dumper, sort_keys=False, default_flow_style=False, width=100
+    )
+
+
+class _Dumper(yaml.SafeDumper):
+    """SafeDumper that prints multi-line strings (the spec in the ConfigMap) as `|` blocks."""
+
+
+def _str(dumper: yaml.SafeDumper, value: str) -> yaml.ScalarNode:
+    style = "|" if "\n" in value and all(c.isprintable() or c == "\n" for c in value) else None
+    return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
+
+
+_Dumper.add_representer(str, _str)
+
+
+def image_key(exp: Experiment, component: str) -> str:
+    """Which of `spec.images` a component runs: "gpu" when its pods hold GPUs, else "cpu"."""
+    return "gpu" if exp.spec.component_resources(component).gpu else "cpu"
+
+
+def used_image_keys(exp: Experiment) -> list[str]:
+    """The keys of `spec.images` this experiment actually runs (no GPU: no CUDA image)."""
+    topo = experiment_topology(exp)
+    return sorted({image_key(exp, g.component) for g in topo.groups})
+
+
+def _planned(exp: Experiment, profile: ClusterProfile) -> dict[str, str]:
+    from surreal_kube.launch.kube.images import planned_references
+
+    return planned_references(exp, keys=used_image_keys(exp), registry=profile.registry)
+
+
+# ------------------------------------------------------------------------------------ values
+
+
+def port_name(endpoint: str, taken: set[str]) -> str:
+    """A Service/container port name for an endpoint: IANA service names have <= 15 characters.
+
+    The endpoint's own name when it fits (`tensorplex`, `ps-serve`), else without its leading word
+    (`replay-collector` -> `collector`, `parameter-publish` -> `publish`), else `<proto>-<port>`.
+    """
+    ep = ENDPOINTS[endpoint]
+    for candidate in (endpoint, endpoint.split("-", 1)[-1]):
+        if len(candidate) <= _MAX_PORT_NAME and candidate not in taken:
+            return candidate
+    return f"{ep.protocol}-{ep.port}"
+
+
+def split_evenly(total: int, parts: int, unit: int = 1) -> list[int]:
+    """`total` in `parts` whole multiples of `unit` where possible, the first ones larger."""
+    if total % unit or total // unit < parts:
+        unit = 1
+    base, extra = divmod(total // unit, parts)
+    return [(base + (1 if i < extra else 0)) * unit for i in range(parts)]
+
+
+class _Context:
+    """Computes the values of every template from the topology (one place, no duplicates)."""
+
+    def __init__(
+        self,
+        exp: Experiment,
+        topo: Topology,
+        namespace: str,
+        owner: Mapping[str, Any] | None,
+        images: Mapping[str, str],
+        profile: ClusterProfile,
+        placements: Mapping[str, Placement],
+    ) -> None:
+        self.exp = exp
+        self.name = exp.metadata.name
+        self.topo = topo
+        self.namespace = namespace
+        self.owner = owner_reference(owner) if owner and owner.get("uid") else None
+        self.images = images
+        self.profile = profile
+        self.placements = placements
+        self.volume = profile.experiment_volume
+        self.addresses = topo.addresses_kube(namespace, profile.cluster_domain)
+
+    def _labels(self, group: str | None = None) -> dict[str, str]:
+        return naming.labels(self.name, group, self.exp.metadata.labels)
+
+    def config(self) -> dict[str, Any]:
+        return {
+            "name": naming.config_name(self.name),
+            "labels": self._labels(),
+            "owner": self.owner,
+            "key": CONFIG_KEY,
+            "text": dump_yaml(self.exp),
+        }
+
+    def claim(self) -> dict[str, Any] | None:
+        if self.volume.kind != "persistentVolumeClaim":
+            return None
+        return {
+            "name": naming.data_name(self.name),
+            "labels": self._labels(),
+            "owner": None if self.volume.retain else self.owner,
+            "annotations": {RETAIN_ANNOTATION: "true"} if self.volume.retain else None,
+            "access_mode": self.volume.access_mode,
+            "storage_class": self.volume.storage_class_name,
+            "size": self.volume.size,
+        }
+
+    def services(self, group: Group) -> list[dict[str, Any]]:
+        base = {
+            "name": naming.object_name(self.name, group.name),
+            "labels": self._labels(group.name),
+            "owner": self.owner,
+            "selector": naming.selector_labels(self.name, group.name),
+        }
+        if group.replicated:
+            return [{**base, "headless": True, "ports": []}]
+        if not group.exposed:
+            return []
+        return [{**base, "headless": False, "ports": self._ports(group.exposed)}]
+
+    def _ports(self, endpoints: tuple[str, ...]) -> list[dict[str, Any]]:
+        taken: set[str] = set()
+        out = []
+        for endpoint in endpoints:
+            name = port_name(endpoint, taken)
+            taken.add(name)
+            out.append({"name": name, "port": ENDPOINTS[endpoint].port, "endpoint": endpoint})
+        return out
+
+    def workload(self, group: Group) -> dict[str, Any]:
+        return {
+            "name": naming.object_name(self.name, group.name),
+            "labels": self._labels(group.name),
+            "owner": self.owner,
+            "selector": naming.selector_labels(self.name, group.name),
+            "replicas": group.replicas,
+            "pod": self._pod(group),
+        }
+
+    def _pod(self, group: Group) -> dict[str, Any]:
+        shape = pod_shape(self.exp, group.component)
+        processes = list(group.processes[:1]) if group.replicated else list(group.processes)
+        gpus = container_gpus(group, shape.gpus)
+        cpus = split_evenly(shape.millicpu, len(processes))
+        memory = split_evenly(shape.memory, len(processes), unit=2**20)
+        placement = self.placements[group.name]
+        containers = [
+            self._container(group, p, cpus[i], memory[i], gpus[p.name])
+            for i, p in enumerate(processes)
+        ]
+        volume = self.volume
+        sub_path = self.name if volume.kind == "nfs" else None
+        path = volume.path
+        if volume.kind == "hostPath" and path:
+            path = f"{path.rstrip('/')}/{self.name}"
+        return {
+            "labels": self._labels(group.name),
+            "containers": containers,
+            "image": self.images[image_key(self.exp, group.component)],
+            "uid": self.profile.run_as_user,
+            "grace_seconds": 60 if group.component == "learner" else 30,
+            "node_selector": placement.node_selector,
+            "tolerations": list(placement.tolerations),
+            "pull_secrets": list(self.profile.image_pull_secrets),
+            "config_dir": CONFIG_DIR,
+            "config_map": naming.config_name(self.name),
+            "volume": {
+                "kind": volume.kind,
+                "mount_path": volume.mount_path,
+                "sub_path": sub_path,
+                "claim": naming.data_name(self.name),
+                "server": volume.server,
+                "path": path,
+            },
+        }
+
+    def _container(
+        self, group: Group, process: Process, millicpu: int, memory: int, gpus: ContainerGPUs
+    ) -> dict[str, Any]:
+        env = self.topo.environment(
+            process,
+            self.addresses,
+            config_path=f"{CONFIG_DIR}/{CONFIG_KEY}",
+            experiment_dir=self.volume.mount_path,
+        )
+        entries: list[dict[str, str]] = []
+        if group.replicated:
+            # One template for every replica: the index is the pod's ordinal, the process name
+            # follows from it ($(VAR) expands variables defined earlier in the list).
+            index_var, process_var = f"{ENV_PREFIX}INDEX", f"{ENV_PREFIX}PROCESS"
+            entries.append(
+                {"name": index_var, "field": f"metadata.labels['{naming.POD_INDEX_LABEL}']"}
+            )
+            env[process_var] = f"{group.name}-$({index_var})"
+            env.pop(index_var)
+        entries.extend({"name": k, "value": v} for k, v in env.items())
+        entries.append({"name": "HOME", "value": "/tmp"})  # the root filesystem is read-only
+        if gpus.visible is not None:
+            entries.append({"name": "CUDA_VISIBLE_DEVICES", "value": gpus.visible})
+        exposed = [e for e in process.binds if ENDPOINTS[e].scope == "cluster"]
+        ports = self._ports(tuple(exposed))
+        probe = None
+        if ports:
+            first = ENDPOINTS[ports[0]["endpoint"]]
+            probe = {"port": first.port, "http": first.protocol == "http"}
+        return {
+            "name": group.name if group.replicated else process.name,
+            "command": [ROLE_COMMAND, process.role],
+            "env": entries,
+            "ports": ports,
+            "probe": probe,
+            "cpu": format_cpu(millicpu),
+            "memory": format_memory(memory),
+            "gpus": gpus.limit,
+        }
