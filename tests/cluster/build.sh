@@ -19,8 +19,25 @@ HELM_K8S_MINOR=37       # k8s.io/client-go v0.37.x in helm's go.mod
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 cache_root=${SURREAL_KUBE_CONTROLPLANE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/surreal-kube/controlplane}
-inputs_hash=$(cd "$here/go" && cat k8s/go.mod k8s/go.sum etcd/go.mod etcd/go.sum etcd/main.go \
-  certgen/go.mod certgen/main.go | sha256sum | cut -c1-10)
+
+# Version stamps, as the projects' own release builds set them.
+k8s_ldflags="-s -w"
+for pkg in k8s.io/client-go/pkg/version k8s.io/component-base/version; do
+  k8s_ldflags+=" -X $pkg.gitVersion=$K8S_VERSION -X $pkg.gitMajor=1 -X $pkg.gitMinor=37"
+  k8s_ldflags+=" -X $pkg.gitTreeState=clean -X $pkg.buildDate=1970-01-01T00:00:00Z"
+done
+kwok_ldflags="-s -w -X sigs.k8s.io/kwok/pkg/consts.Version=${KWOK_VERSION#v}"
+kwok_ldflags+=" -X sigs.k8s.io/kwok/pkg/consts.KubeVersion=${K8S_VERSION#v}"
+helm_ldflags="-s -w -X helm.sh/helm/v3/internal/version.version=$HELM_VERSION"
+helm_ldflags+=" -X helm.sh/helm/v3/internal/version.gitTreeState=clean"
+for pkg in helm.sh/helm/v3/pkg/lint/rules helm.sh/helm/v3/pkg/chartutil; do
+  helm_ldflags+=" -X $pkg.k8sVersionMajor=1 -X $pkg.k8sVersionMinor=$HELM_K8S_MINOR"
+done
+
+# The key hashes everything that shapes the binaries: the Go module files and the link flags.
+inputs_hash=$( (cd "$here/go" && cat k8s/go.mod k8s/go.sum etcd/go.mod etcd/go.sum etcd/main.go \
+  certgen/go.mod certgen/main.go; echo "$k8s_ldflags $kwok_ldflags $helm_ldflags") \
+  | sha256sum | cut -c1-10)
 key="k8s-${K8S_VERSION}_etcd-${ETCD_VERSION}_kwok-${KWOK_VERSION}_helm-${HELM_VERSION}_${inputs_hash}"
 dest="$cache_root/$key"
 bin="$dest/bin"
@@ -51,7 +68,7 @@ bootstrap_go() {
   fi
   echo "build.sh: fetching $GO_BOOTSTRAP from the Go module proxy" >&2
   mkdir -p "$cache_root/go"
-  zip="$cache_root/go/$GO_BOOTSTRAP.zip"
+  zip="$cache_root/go/$GO_BOOTSTRAP.zip.$$"
   curl -fsSL --retry 3 -o "$zip" \
     "${GOPROXY_URL:-https://proxy.golang.org}/golang.org/toolchain/@v/v0.0.1-$GO_BOOTSTRAP.linux-$arch.zip"
   sum=$(sha256sum "$zip" | cut -d' ' -f1)
@@ -59,13 +76,14 @@ bootstrap_go() {
     echo "build.sh: $zip has sha256 $sum, expected ${!want}" >&2
     return 1
   fi
-  rm -rf "$dir.tmp"
-  python3 - "$zip" "$dir.tmp" <<'PY'
+  rm -rf "$dir.tmp.$$"
+  python3 - "$zip" "$dir.tmp.$$" <<'PY'
 import os, sys, zipfile
 zip_path, out = sys.argv[1], sys.argv[2]
 with zipfile.ZipFile(zip_path) as z:
     for info in z.infolist():
-        name = info.filename.split("/", 1)[1]  # drop golang.org/toolchain@v.../
+        parts = info.filename.split("/", 2)  # golang.org / toolchain@v0.0.1-go... / path
+        name = parts[2] if len(parts) == 3 else ""
         if not name or info.is_dir():
             continue
         path = os.path.join(out, name)
@@ -77,7 +95,7 @@ with zipfile.ZipFile(zip_path) as z:
             os.chmod(path, 0o755)
 PY
   rm -f "$zip"
-  mv "$dir.tmp" "$dir"
+  mv "$dir.tmp.$$" "$dir"
   echo "$dir/bin/go"
 }
 
@@ -107,12 +125,6 @@ export CGO_ENABLED=0 GOFLAGS=-mod=readonly GOTOOLCHAIN=${GOTOOLCHAIN:-auto}
 # A build may have to run beside tests; stay out of their way.
 nice_cmd=(nice -n "${BUILD_NICE:-10}")
 start=$(date +%s)
-
-k8s_ldflags="-s -w"
-for pkg in k8s.io/client-go/pkg/version k8s.io/component-base/version; do
-  k8s_ldflags+=" -X $pkg.gitVersion=$K8S_VERSION -X $pkg.gitMajor=1 -X $pkg.gitMinor=37"
-  k8s_ldflags+=" -X $pkg.gitTreeState=clean -X $pkg.buildDate=1970-01-01T00:00:00Z"
-done
 
 build_one() {  # name, then the command that writes "$partial/$name.tmp"
   local name=$1; shift
@@ -147,14 +159,7 @@ build_one etcd go_build etcd etcd "-s -w" .
 for cmd in kube-apiserver kube-scheduler kube-controller-manager kubectl; do
   build_one "$cmd" go_build "$cmd" k8s "$k8s_ldflags" "k8s.io/kubernetes/cmd/$cmd"
 done
-build_one kwok go_install kwok \
-  "-s -w -X sigs.k8s.io/kwok/pkg/consts.Version=${KWOK_VERSION#v} -X sigs.k8s.io/kwok/pkg/consts.KubeVersion=${K8S_VERSION#v}" \
-  "sigs.k8s.io/kwok/cmd/kwok@$KWOK_VERSION"
-helm_ldflags="-s -w -X helm.sh/helm/v3/internal/version.version=$HELM_VERSION"
-helm_ldflags+=" -X helm.sh/helm/v3/internal/version.gitTreeState=clean"
-for pkg in helm.sh/helm/v3/pkg/lint/rules helm.sh/helm/v3/pkg/chartutil; do
-  helm_ldflags+=" -X $pkg.k8sVersionMajor=1 -X $pkg.k8sVersionMinor=$HELM_K8S_MINOR"
-done
+build_one kwok go_install kwok "$kwok_ldflags" "sigs.k8s.io/kwok/cmd/kwok@$KWOK_VERSION"
 build_one helm go_install helm "$helm_ldflags" "helm.sh/helm/v3/cmd/helm@$HELM_VERSION"
 
 for b in "${binaries[@]}"; do

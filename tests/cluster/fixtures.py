@@ -1,0 +1,120 @@
+"""pytest plugin: the test Kubernetes control plane as fixtures.
+
+`kube_cluster` (session scope) yields a KubeCluster: it reuses the cluster that `make cluster-up`
+started when its state file says it is alive (and it has the default node pools), and otherwise
+starts a private one for the session and stops it at the end. `kube_namespace` yields a fresh namespace (uuid-suffixed) per test and
+deletes it afterwards.
+
+Registered by tests/conftest.py (pytest_plugins = ["tests.cluster.fixtures"]). Tests that use
+these fixtures are marked `@pytest.mark.cluster`.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.cluster import controlplane
+
+
+class KubeCluster:
+    """A running control plane, as the tests see it."""
+
+    def __init__(self, cp: controlplane.ControlPlane, owned: bool) -> None:
+        self.control_plane = cp
+        self.owned = owned
+        """True if this session started it (and stops it at the end)."""
+
+    @property
+    def kubeconfig(self) -> Path:
+        return self.control_plane.kubeconfig
+
+    @property
+    def bin_dir(self) -> Path:
+        return self.control_plane.bin_dir
+
+    @property
+    def helm(self) -> Path:
+        return self.control_plane.helm
+
+    @property
+    def kubectl(self) -> Path:
+        return self.control_plane.kubectl
+
+    @property
+    def server(self) -> str:
+        return self.control_plane.server
+
+    @property
+    def pools(self) -> list[controlplane.NodePool]:
+        return self.control_plane.pools
+
+    def api_client(self) -> Any:
+        """A new kubernetes.client.ApiClient for the cluster (use it as a context manager)."""
+        return self.control_plane.api_client()
+
+    def env(self) -> dict[str, str]:
+        """KUBECONFIG and a PATH with kubectl and helm first, for subprocesses."""
+        return self.control_plane.env()
+
+    def create_namespace(self, prefix: str = "test", timeout: float = 30.0) -> str:
+        """Create <prefix>-<uuid8> and wait for its default ServiceAccount (pods need it)."""
+        from kubernetes import client
+        from kubernetes.client.rest import ApiException
+
+        name = f"{prefix}-{uuid.uuid4().hex[:8]}"
+        with self.api_client() as api:
+            core = client.CoreV1Api(api)
+            core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name)))
+            deadline = time.monotonic() + timeout
+            while True:
+                try:
+                    core.read_namespaced_service_account("default", name)
+                    return name
+                except ApiException as e:
+                    if e.status != 404 or time.monotonic() > deadline:
+                        raise
+                time.sleep(0.1)
+
+    def delete_namespace(self, name: str) -> None:
+        """Delete a namespace without waiting (the namespace controller finishes the job)."""
+        from kubernetes import client
+        from kubernetes.client.rest import ApiException
+
+        with self.api_client() as api:
+            try:
+                client.CoreV1Api(api).delete_namespace(name)
+            except ApiException as e:
+                if e.status != 404:
+                    raise
+
+
+@pytest.fixture(scope="session")
+def kube_cluster() -> Iterator[KubeCluster]:
+    """The test control plane: the `make cluster-up` one if alive, else a private one."""
+    shared = controlplane.load_shared()
+    # Reuse it only with the default node pools, which the tests expect.
+    if shared is not None and shared.pools == controlplane.load_pools(None):
+        yield KubeCluster(shared, owned=False)
+        return
+    cp = controlplane.ControlPlane()
+    cp.start()
+    try:
+        yield KubeCluster(cp, owned=True)
+    finally:
+        cp.stop()
+
+
+@pytest.fixture
+def kube_namespace(kube_cluster: KubeCluster, request: pytest.FixtureRequest) -> Iterator[str]:
+    """A fresh namespace named after the test, deleted afterwards."""
+    slug = "".join(c if c.isalnum() else "-" for c in request.node.name.lower())
+    prefix = "t-" + slug[:40].strip("-")
+    name = kube_cluster.create_namespace(prefix)
+    yield name
+    kube_cluster.delete_namespace(name)
