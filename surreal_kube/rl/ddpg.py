@@ -108,7 +108,7 @@ class DDPGAgentActor:
             if key == "low_dim" and self.z_filter is not None:
                 value = self.z_filter.normalize(value)
             inputs[key] = torch.as_tensor(value, device=self.device)[None]
-        return self.net(inputs)[0].cpu().numpy()
+        return self.net(inputs)[0].detach().cpu().numpy()
 
     @torch.inference_mode()
     def act(self, obs: Any) -> np.ndarray:
@@ -272,8 +272,8 @@ class DDPGLearner:
         self.last_priorities = (qs[0] - target).abs().detach().cpu().numpy()
 
         stats = {
-            "losses/critic_loss": float(critic_loss),
-            "ddpg/q_mean": float(qs[0].mean()),
+            "losses/critic_loss": float(critic_loss.detach()),
+            "ddpg/q_mean": float(qs[0].detach().mean()),
             "ddpg/target_mean": float(target.mean()),
         }
         self.iteration += 1
@@ -284,7 +284,7 @@ class DDPGLearner:
             if cfg.max_grad_norm is not None:
                 torch.nn.utils.clip_grad_norm_(self.actor.parameters(), cfg.max_grad_norm)
             self.opt_actor.step()
-            stats["losses/actor_loss"] = float(actor_loss)
+            stats["losses/actor_loss"] = float(actor_loss.detach())
             if cfg.target_update == "soft":
                 self._soft_update()
         if cfg.target_update == "hard" and self.iteration % cfg.target_update_interval == 0:

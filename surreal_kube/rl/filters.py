@@ -16,6 +16,14 @@ import numpy as np
 from surreal_kube.rl.interfaces import ArrayDict
 
 
+def _numpy(value: Any) -> np.ndarray:
+    # Checkpoints hold tensors (weights_only loading), parameters hold arrays; accept both
+    # without importing torch here.
+    if hasattr(value, "detach"):
+        value = value.detach().cpu().numpy()
+    return np.array(value, copy=True)
+
+
 class RunningMeanStd:
     """Mean and variance of a stream of arrays of a fixed shape, exactly mergeable."""
 
@@ -48,8 +56,8 @@ class RunningMeanStd:
     def _combine(self, n: float, mean: np.ndarray, m2: np.ndarray) -> None:
         total = self.count + n
         delta = mean - self.mean
-        self.mean = self.mean + delta * (n / total)
-        self.m2 = self.m2 + m2 + delta**2 * (self.count * n / total)
+        self.mean = np.asarray(self.mean + delta * (n / total), dtype=np.float64)
+        self.m2 = np.asarray(self.m2 + m2 + delta**2 * (self.count * n / total), dtype=np.float64)
         self.count = total
 
     @property
@@ -68,15 +76,15 @@ class RunningMeanStd:
         """The statistics as flat arrays (for parameters and checkpoints)."""
         return {
             f"{prefix}/count": np.array([self.count], dtype=np.float64),
-            f"{prefix}/mean": self.mean.copy(),
-            f"{prefix}/m2": self.m2.copy(),
+            f"{prefix}/mean": np.array(self.mean, dtype=np.float64),
+            f"{prefix}/m2": np.array(self.m2, dtype=np.float64),
         }
 
     def load_arrays(self, arrays: dict[str, Any], prefix: str) -> None:
         """Adopt statistics written by `to_arrays` (numpy arrays or tensors)."""
-        self.count = float(np.asarray(arrays[f"{prefix}/count"]).reshape(-1)[0])
-        self.mean = np.array(arrays[f"{prefix}/mean"], dtype=np.float64).reshape(self.shape)
-        self.m2 = np.array(arrays[f"{prefix}/m2"], dtype=np.float64).reshape(self.shape)
+        self.count = float(_numpy(arrays[f"{prefix}/count"]).reshape(-1)[0])
+        self.mean = _numpy(arrays[f"{prefix}/mean"]).astype(np.float64).reshape(self.shape)
+        self.m2 = _numpy(arrays[f"{prefix}/m2"]).astype(np.float64).reshape(self.shape)
 
 
 class ZFilter(RunningMeanStd):

@@ -63,7 +63,11 @@ def ppo_adapt_loss(
     cutoff = torch.clamp(kl_mean - 2.0 * kl_target, min=0.0).pow(2)
     loss = -surr + beta * kl_mean + kl_cutoff_coeff * cutoff
     with torch.no_grad():
-        stats = {"surrogate": surr, "kl_penalty": beta * kl_mean, "kl_cutoff": cutoff}
+        stats = {
+            "surrogate": surr.detach(),
+            "kl_penalty": beta * kl_mean.detach(),
+            "kl_cutoff": cutoff.detach(),
+        }
     return loss, stats
 
 

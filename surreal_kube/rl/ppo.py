@@ -134,7 +134,7 @@ class PPOActor:
                 return out
             return np.concatenate([out, self._np_log_std])
         features, self._state = self.model.features(self._model_input(parts), self._state)
-        return self.model.policy_info(features)[0, 0].cpu().numpy()
+        return self.model.policy_info(features)[0, 0].detach().cpu().numpy()
 
     def _model_input(self, obs: dict[str, np.ndarray]) -> dict[str, torch.Tensor]:
         out = {}
@@ -442,7 +442,7 @@ class PPOLearner:
         stats.update(
             {
                 "losses/policy_loss": float(policy_stats.get("loss", float("nan"))),
-                "losses/value_loss": float(vloss),
+                "losses/value_loss": float(vloss.detach()),
                 "losses/approx_kl": kl,
                 "losses/explained_variance": explained,
                 "ppo/clip_epsilon": self.clip_epsilon,

@@ -78,6 +78,29 @@ def atomic_write(path: Path, write: Callable[[Any], None]) -> None:
     _fsync_dir(path.parent)
 
 
+_PLAIN = (str, int, float, bool, type(None), torch.Tensor, torch.Size, torch.dtype)
+
+
+def check_plain(value: Any, where: str = "state") -> None:
+    """Raise TypeError unless `value` is tensors and plain data (what weights_only loads)."""
+    if isinstance(value, _PLAIN):
+        return
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if not isinstance(key, str | int):
+                raise TypeError(f"{where}: key {key!r} is not a str or int")
+            check_plain(item, f"{where}[{key!r}]")
+        return
+    if isinstance(value, list | tuple):
+        for i, item in enumerate(value):
+            check_plain(item, f"{where}[{i}]")
+        return
+    raise TypeError(
+        f"{where} is a {type(value).__name__}: checkpoints hold tensors and plain data only "
+        "(convert numpy arrays with torch.from_numpy, objects to state dicts)"
+    )
+
+
 class Checkpoint:
     """Saves and restores `<folder>/<name>.<global_steps>.ckpt` files.
 
@@ -197,6 +220,7 @@ class Checkpoint:
             "extra": dict(extra or {}),
         }
         payload = {"meta": meta, "state": dict(state)}
+        check_plain(payload, "checkpoint")
         path = self.path_for(global_steps)
         atomic_write(path, lambda f: torch.save(payload, f))
         self._entries[int(global_steps)] = CheckpointInfo(
