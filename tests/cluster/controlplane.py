@@ -180,11 +180,23 @@ def load_pools(
     return out
 
 
+def write_cri_log(
+    path: str | os.PathLike[str], lines: Sequence[str], stream: str = "stdout"
+) -> None:
+    """Write a container log file as kwok serves it: the CRI format kubelets read.
+
+    One record per line: <RFC3339Nano time> <stdout|stderr> F <text>. Point a kwok Logs or
+    ClusterLogs object at the file to make `kubectl logs` return the lines.
+    """
+    stamp = time.strftime("%Y-%m-%dT%H:%M:%S.000000000Z", time.gmtime())
+    Path(path).write_text("".join(f"{stamp} {stream} F {line}\n" for line in lines))
+
+
 # --------------------------------------------------------------------------- binaries and state
 
 
-def ensure_binaries(build: bool = True) -> Path:
-    """The bin directory of the pinned binaries, building them first if needed (and allowed).
+def built_bin_dir() -> Path | None:
+    """The bin directory of the pinned binaries if they are built (or overridden), else None.
 
     $SURREAL_KUBE_CONTROLPLANE_BIN, when set, names a directory to use instead.
     """
@@ -194,6 +206,14 @@ def ensure_binaries(build: bool = True) -> Path:
     probe = subprocess.run(["bash", str(BUILD_SCRIPT), "--bin-dir"], capture_output=True, text=True)
     if probe.returncode == 0:
         return Path(probe.stdout.strip().splitlines()[-1])
+    return None
+
+
+def ensure_binaries(build: bool = True) -> Path:
+    """The bin directory of the pinned binaries, building them first if needed (and allowed)."""
+    built = built_bin_dir()
+    if built is not None:
+        return built
     if not build:
         raise ControlPlaneError(
             f"control-plane binaries are not built; run `make controlplane` ({BUILD_SCRIPT})"

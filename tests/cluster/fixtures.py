@@ -97,12 +97,24 @@ class KubeCluster:
 @pytest.fixture(scope="session")
 def kube_cluster() -> Iterator[KubeCluster]:
     """The test control plane: the `make cluster-up` one if alive, else a private one."""
+    bin_dir = controlplane.built_bin_dir()
+    if bin_dir is None:
+        # A cold build takes tens of minutes, longer than a test may: `make test` builds first.
+        pytest.fail(
+            "the control-plane binaries are not built: run `make controlplane` "
+            "(tests/cluster/README.md)",
+            pytrace=False,
+        )
     shared = controlplane.load_shared()
-    # Reuse it only with the default node pools, which the tests expect.
-    if shared is not None and shared.pools == controlplane.load_pools(None):
+    # Reuse it only with the default node pools (the tests expect them) and the current pins.
+    if (
+        shared is not None
+        and shared.pools == controlplane.load_pools(None)
+        and shared.bin_dir == bin_dir
+    ):
         yield KubeCluster(shared, owned=False)
         return
-    cp = controlplane.ControlPlane()
+    cp = controlplane.ControlPlane(bin_dir=bin_dir)
     cp.start()
     try:
         yield KubeCluster(cp, owned=True)

@@ -335,12 +335,6 @@ def test_job_pods_complete(kube_cluster: KubeCluster, kube_namespace: str) -> No
     )
 
 
-def write_cri_log(path: Path, lines: list[str]) -> None:
-    """kwok reads container logs in the CRI log format: <RFC3339Nano> <stream> <P|F> <text>."""
-    stamp = time.strftime("%Y-%m-%dT%H:%M:%S.000000000Z", time.gmtime())
-    path.write_text("".join(f"{stamp} stdout F {line}\n" for line in lines))
-
-
 def test_pod_logs_through_apiserver_come_from_a_local_file(
     kube_cluster: KubeCluster, kube_namespace: str, tmp_path: Path
 ) -> None:
@@ -353,7 +347,7 @@ def test_pod_logs_through_apiserver_come_from_a_local_file(
         lambda: api.read_namespaced_pod("talker", kube_namespace).status.phase == "Running",
     )
     log_file = tmp_path / "talker.log"
-    write_cri_log(log_file, ["hello from a file", "second line"])
+    controlplane.write_cri_log(log_file, ["hello from a file", "second line"])
     custom = client.CustomObjectsApi(kube_cluster.api_client())
     custom.create_namespaced_custom_object(
         "kwok.x-k8s.io",
@@ -464,8 +458,11 @@ def test_port_forward_through_apiserver_reaches_a_local_port(
         target.close()
 
 
-def test_teardown_leaves_no_process_and_no_port(tmp_path: Path) -> None:
-    cp = controlplane.ControlPlane(workdir=tmp_path / "cp", pools=[{"name": "tiny", "count": 1}])
+def test_teardown_leaves_no_process_and_no_port(kube_cluster: KubeCluster, tmp_path: Path) -> None:
+    # A second, private control plane, so that stopping it leaves the session's one running.
+    cp = controlplane.ControlPlane(
+        workdir=tmp_path / "cp", pools=[{"name": "tiny", "count": 1}], bin_dir=kube_cluster.bin_dir
+    )
     cp.start()
     try:
         pids = [p.pid for p in cp.procs]
@@ -542,3 +539,47 @@ def test_exec_through_apiserver_runs_a_local_command(
         return done.stdout if done.returncode == 0 else ""
 
     assert wait_for("kubectl exec to answer", run) == f"hi from {tmp_path}\n"
+
+
+def test_labelling_a_running_pod_fails_it_and_its_replicaset_replaces_it(
+    kube_cluster: KubeCluster, kube_namespace: str
+) -> None:
+    from kubernetes import client
+
+    apps = client.AppsV1Api(kube_cluster.api_client())
+    api = core(kube_cluster)
+    template = pod_manifest("worker")
+    apps.create_namespaced_deployment(
+        kube_namespace,
+        {
+            "metadata": {"name": "worker"},
+            "spec": {
+                "replicas": 1,
+                "selector": {"matchLabels": {"app": "worker"}},
+                "template": {"metadata": template["metadata"], "spec": template["spec"]},
+            },
+        },
+    )
+
+    def pods(phase: str) -> list[Any]:
+        items = api.list_namespaced_pod(kube_namespace, label_selector="app=worker").items
+        return [p for p in items if p.status.phase == phase]
+
+    victim = wait_for("the worker to run", lambda: pods("Running"))[0].metadata.name
+    api.patch_namespaced_pod(
+        victim,
+        kube_namespace,
+        {
+            "metadata": {
+                "labels": {"pod-container-running-failed.stage.kwok.x-k8s.io": "true"},
+                "annotations": {"pod-container-running-failed.stage.kwok.x-k8s.io/delay": "0s"},
+            }
+        },
+    )
+    failed = wait_for("the labelled pod to fail", lambda: pods("Failed"))
+    assert [p.metadata.name for p in failed] == [victim]
+    replacement = wait_for(
+        "a replacement pod to run",
+        lambda: [p for p in pods("Running") if p.metadata.name != victim],
+    )
+    assert len(replacement) == 1
