@@ -1,0 +1,49 @@
+# syntax=docker/dockerfile:1
+# The CUDA runtime image: the same roles, with the CUDA build of torch for pods holding GPUs.
+#
+# The torch wheels on PyPI bundle the CUDA runtime libraries (nvidia-* wheels), so the base is a
+# plain Python image; the node's driver comes in through the NVIDIA container toolkit, which reads
+# NVIDIA_VISIBLE_DEVICES / NVIDIA_DRIVER_CAPABILITIES (graphics: EGL for MuJoCo rendering).
+#
+# Context: the repository root; runtime-cuda.Dockerfile.dockerignore keeps it to the package.
+#   docker build -f dockerfiles/runtime-cuda.Dockerfile -t surreal-kube/runtime-cuda:dev .
+#
+# Build arguments (defaults are for real use; the offline tests override them):
+#   PYTHON_IMAGE  a Debian-based image with python3.11 and its venv module
+#   PIP_ARGS      extra `pip install` arguments
+#   VENV_ARGS     extra `python3 -m venv` arguments
+#   APT_PACKAGES  runtime libraries: EGL for MuJoCo's GPU offscreen rendering
+ARG PYTHON_IMAGE=python:3.11-slim-bookworm
+
+FROM ${PYTHON_IMAGE} AS build
+ARG PIP_ARGS=""
+ARG VENV_ARGS=""
+ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1 PYTHONDONTWRITEBYTECODE=1
+RUN python3 -m venv ${VENV_ARGS} /opt/surreal
+COPY pyproject.toml README.md /src/
+COPY surreal_kube /src/surreal_kube
+RUN /opt/surreal/bin/pip install ${PIP_ARGS} /src && rm -rf /src
+
+FROM ${PYTHON_IMAGE}
+ARG APT_PACKAGES="libegl1 libgl1 libglib2.0-0"
+RUN if [ -n "${APT_PACKAGES}" ]; then \
+      apt-get update \
+      && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends ${APT_PACKAGES} \
+      && rm -rf /var/lib/apt/lists/*; \
+    fi \
+    && useradd --uid 10001 --user-group --no-create-home --home-dir /tmp \
+         --shell /usr/sbin/nologin surreal
+COPY --from=build /opt/surreal /opt/surreal
+# The pods run with a read-only root filesystem and a writable /tmp: every cache goes there.
+ENV PATH=/opt/surreal/bin:${PATH} \
+    PYTHONUNBUFFERED=1 \
+    PYTHONDONTWRITEBYTECODE=1 \
+    HOME=/tmp \
+    MPLCONFIGDIR=/tmp/matplotlib \
+    MUJOCO_GL=egl \
+    PYOPENGL_PLATFORM=egl \
+    NVIDIA_VISIBLE_DEVICES=all \
+    NVIDIA_DRIVER_CAPABILITIES=compute,utility,graphics
+USER 10001:10001
+WORKDIR /tmp
+CMD ["surreal-kube-role", "--help"]

@@ -1,0 +1,161 @@
+"""A real container engine for the image tests: podman's Docker-compatible API on a private socket.
+
+No registry can be reached from here, so the base image is made with debootstrap (Debian bookworm,
+minbase, python3.11 + venv + wheel) once and cached as a rootfs tarball in
+~/.cache/surreal-kube/images/ (or $SURREAL_KUBE_IMAGE_CACHE); each session imports it into a
+podman store of its own (under the cache too, so build layers are reused across sessions) and
+serves that store on a temporary unix socket. Everything is stopped at the end.
+
+The engine runs with runc and modest default ulimits (nofile 1024:4096, nproc 1024:2048; the machine's hard limits
+are lower than podman's defaults), which lets RUN steps and `podman run` work in this VM.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+BASE_IMAGE = "localhost/surreal-kube-test/python:bookworm"
+DEBIAN_MIRROR = os.environ.get("SURREAL_KUBE_DEBIAN_MIRROR", "http://deb.debian.org/debian")
+DEBOOTSTRAP_PACKAGES = ("python3", "python3-venv", "python3-wheel")
+NEEDED = ("podman", "debootstrap", "runc")
+CONTAINERS_CONF = """\
+[containers]
+default_ulimits = ["nofile=1024:4096", "nproc=1024:2048"]
+[engine]
+runtime = "runc"
+cgroup_manager = "cgroupfs"
+events_logger = "file"
+"""
+
+
+def cache_dir() -> Path:
+    """Where the base rootfs tarball and the podman store live between sessions."""
+    env = os.environ.get("SURREAL_KUBE_IMAGE_CACHE")
+    if env:
+        return Path(env)
+    base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    return base / "surreal-kube" / "images"
+
+
+def missing_tools() -> list[str]:
+    """Commands the engine needs that are not installed (Makefile DEB_PACKAGES has them)."""
+    return [t for t in NEEDED if shutil.which(t) is None]
+
+
+def base_rootfs_tar() -> Path:
+    """The cached debootstrap rootfs tarball, made on first use (about two minutes)."""
+    tar = cache_dir() / "debian-bookworm-python3.tar"
+    if tar.exists():
+        return tar
+    tar.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=tar.parent) as tmp:
+        root = Path(tmp) / "rootfs"
+        subprocess.run(
+            [
+                "debootstrap",
+                "--variant=minbase",
+                f"--include={','.join(DEBOOTSTRAP_PACKAGES)}",
+                "bookworm",
+                str(root),
+                DEBIAN_MIRROR,
+            ],
+            check=True,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+        )
+        for junk in ("usr/share/doc", "usr/share/man", "usr/share/locale", "var/cache/apt"):
+            shutil.rmtree(root / junk, ignore_errors=True)
+        shutil.rmtree(root / "var/lib/apt/lists", ignore_errors=True)
+        partial = tar.with_suffix(".partial")
+        subprocess.run(["tar", "-C", str(root), "-cf", str(partial), "."], check=True)
+        partial.rename(tar)
+    return tar
+
+
+@dataclass
+class Engine:
+    """A running `podman system service`, and the podman command line for the same store."""
+
+    socket: Path
+    root: Path
+    runroot: Path
+    conf: Path
+    process: subprocess.Popen[bytes]
+
+    @property
+    def url(self) -> str:
+        """DOCKER_HOST value for the docker SDK."""
+        return f"unix://{self.socket}"
+
+    def env(self) -> dict[str, str]:
+        return {**os.environ, "CONTAINERS_CONF": str(self.conf)}
+
+    def podman(self, *args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+        """Run `podman <args>` against this engine's store."""
+        cmd = ["podman", "--root", str(self.root), "--runroot", str(self.runroot), *args]
+        return subprocess.run(
+            cmd, capture_output=True, text=True, timeout=timeout, env=self.env(), check=False
+        )
+
+    def has_image(self, ref: str) -> bool:
+        return self.podman("image", "exists", ref).returncode == 0
+
+
+@contextlib.contextmanager
+def podman_engine() -> Iterator[Engine]:
+    """Start podman's API service on a private socket; stop it (and only it) at the end."""
+    store = cache_dir() / "podman"
+    store.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="sk-podman-") as tmp:
+        conf = Path(tmp) / "containers.conf"
+        conf.write_text(CONTAINERS_CONF)
+        runroot = store / "run"  # podman's database remembers it: it must not change
+        socket = Path(tmp) / "podman.sock"
+        env = {**os.environ, "CONTAINERS_CONF": str(conf)}
+        proc = subprocess.Popen(
+            [
+                "podman",
+                "--root",
+                str(store / "storage"),
+                "--runroot",
+                str(runroot),
+                "system",
+                "service",
+                "--time=0",
+                f"unix://{socket}",
+            ],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+        engine = Engine(socket, store / "storage", runroot, conf, proc)
+        try:
+            deadline = time.monotonic() + 30
+            while not socket.exists():
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError("podman system service did not start")
+                time.sleep(0.1)
+            if not engine.has_image(BASE_IMAGE):
+                done = engine.podman("import", str(base_rootfs_tar()), BASE_IMAGE)
+                if done.returncode != 0:
+                    raise RuntimeError(f"podman import failed: {done.stderr}")
+            yield engine
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGTERM)
+            try:
+                proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait(timeout=10)
