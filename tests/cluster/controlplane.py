@@ -232,15 +232,20 @@ def ensure_binaries(build: bool = True) -> Path:
 
 
 def state_dir() -> Path:
-    """Where `up` keeps the shared cluster.
+    """Where `up` keeps the shared cluster of this checkout.
 
-    $SURREAL_KUBE_CLUSTER_DIR, else ~/.cache/surreal-kube/cluster.
+    $SURREAL_KUBE_CLUSTER_DIR, else ~/.cache/surreal-kube/cluster/<checkout>-<hash of its path>,
+    so that two checkouts on one machine do not share (or stop) each other's cluster.
     """
     env = os.environ.get("SURREAL_KUBE_CLUSTER_DIR")
     if env:
         return Path(env)
+    import hashlib
+
     cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
-    return cache / "surreal-kube" / "cluster"
+    checkout = HERE.parent.parent
+    digest = hashlib.sha256(str(checkout).encode()).hexdigest()[:8]
+    return cache / "surreal-kube" / "cluster" / f"{checkout.name}-{digest}"
 
 
 def free_port() -> int:

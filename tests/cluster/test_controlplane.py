@@ -271,7 +271,9 @@ def test_service_gets_endpointslices(kube_cluster: KubeCluster, kube_namespace: 
     assert {p.port for s in slices.items for p in s.ports or []} == {8080}
 
 
-def test_helm_version_and_template(kube_cluster: KubeCluster, tmp_path: Path) -> None:
+def test_helm_version_template_and_install(
+    kube_cluster: KubeCluster, kube_namespace: str, tmp_path: Path
+) -> None:
     version = subprocess.run(
         [str(kube_cluster.helm), "version", "--short"], capture_output=True, text=True, check=True
     ).stdout
@@ -293,6 +295,17 @@ def test_helm_version_and_template(kube_cluster: KubeCluster, tmp_path: Path) ->
     ).stdout
     assert "name: demo-hello" in out
     assert 'greeting: "hello"' in out
+
+    # And it reaches the API server: install, then the object exists.
+    subprocess.run(
+        [str(kube_cluster.helm), "install", "demo", str(chart), "-n", kube_namespace, "--wait"],
+        capture_output=True,
+        text=True,
+        check=True,
+        env=kube_cluster.env(),
+    )
+    cm = core(kube_cluster).read_namespaced_config_map("demo-hello", kube_namespace)
+    assert cm.data == {"greeting": "hi"}
 
 
 def test_kwok_chaos_stage_fails_labelled_pod(
