@@ -94,7 +94,7 @@ def render_experiment(
         owner: the root object ({apiVersion, kind, name, uid}), e.g. the `Experiment` custom
             resource. None: the ConfigMap is the root. Without a uid no ownerReferences are
             written: the applier sets them with `ownership.set_owner` once the root exists.
-        images: image name in `spec.images` ("cpu", "gpu") -> exact reference. None: prebuilt
+        images: key of `spec.images` ("cpu", "gpu") -> exact reference. Keys left out: prebuilt
             images as the spec names them, builds at their content-hash tag computed from the
             files (`images.planned_references`, which needs the build context on disk).
         profile: the cluster profile: node pools (placement is checked, SpecError if it cannot
@@ -122,7 +122,10 @@ def render_text(
     profile = profile or ClusterProfile()
     topo = experiment_topology(exp)
     placements = place(exp, topo, profile if profile_given else None)
-    refs = dict(images) if images is not None else _planned(exp, profile)
+    refs = dict(images or {})
+    missing = sorted({image_key(exp, g.component) for g in topo.groups} - set(refs))
+    if missing:
+        refs.update(_planned(exp, profile, missing))
     ctx = _Context(exp, topo, namespace, owner, refs, profile, placements)
     env = _environment()
     docs = [env.get_template("configmap.yaml.j2").render(namespace=namespace, config=ctx.config())]
@@ -183,10 +186,10 @@ def used_image_keys(exp: Experiment) -> list[str]:
     return sorted({image_key(exp, g.component) for g in topo.groups})
 
 
-def _planned(exp: Experiment, profile: ClusterProfile) -> dict[str, str]:
+def _planned(exp: Experiment, profile: ClusterProfile, keys: list[str]) -> dict[str, str]:
     from surreal_kube.launch.kube.images import planned_references
 
-    return planned_references(exp, keys=used_image_keys(exp), registry=profile.registry)
+    return planned_references(exp, keys=keys, registry=profile.registry)
 
 
 # ------------------------------------------------------------------------------------ values
