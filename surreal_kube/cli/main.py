@@ -12,7 +12,7 @@ import sys
 
 import typer
 
-from surreal_kube.cli import config_cmd, create, lifecycle, topology_cmd
+from surreal_kube.cli import build_cmd, config_cmd, create, lifecycle, render_cmd, topology_cmd
 from surreal_kube.cli.output import err
 from surreal_kube.errors import SurrealKubeError
 
@@ -27,6 +27,8 @@ app = typer.Typer(
 app.command()(create.create)
 app.command()(config_cmd.config)
 app.command()(topology_cmd.topology)
+app.command()(render_cmd.render)
+app.command()(build_cmd.build)
 app.command("list")(lifecycle.list_)
 app.command()(lifecycle.status)
 app.command()(lifecycle.logs)
