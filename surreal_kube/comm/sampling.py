@@ -37,7 +37,7 @@ READY = b"READY"
 REPLY = b"REPLY"
 DEFAULT_REQUEST_TTL = 10.0
 MAX_PENDING = 4096
-MAX_CREDITS_PER_SHARD = 4
+MAX_CREDITS_PER_SHARD = 8
 """Shards re-announce credits when idle (the broker may have restarted); extra ones are ignored."""
 
 
@@ -212,10 +212,12 @@ class SampleServer:
 
 
 class Prefetcher:
-    """The learner's side: keeps up to `depth` batches requested or waiting, in a background thread.
+    """The learner's side: keeps `depth` requests in flight and up to `depth` batches waiting.
 
-    `get()` hands out decoded batches (arrays are views over the received frames). The queue is
-    bounded, so the prefetcher never runs more than `depth` batches ahead of the learner.
+    A background thread requests and receives; `get()` hands out decoded batches (arrays are
+    views over the received frames). Sampling is latency-bound (a request crosses three processes
+    and back), so requests stay in flight while batches wait in the queue; the queue is bounded,
+    so the prefetcher never runs more than `2 * depth` batches ahead of the learner.
     """
 
     def __init__(
@@ -301,7 +303,7 @@ class Prefetcher:
             if deadline < now:
                 del self._in_flight[rid]
                 self.reissued += 1
-        while len(self._in_flight) + self._queue.qsize() < self.depth:
+        while len(self._in_flight) < self.depth:
             rid = next(self._ids)
             meta = {"batch_size": self.batch_size, "id": rid, "ttl": self.request_ttl}
             try:

@@ -166,11 +166,12 @@ def decode_header(frame: Any) -> dict[str, Any]:
         raise WireError("bad-version", f"protocol version {version!r}, expected {PROTOCOL_VERSION}")
     if not isinstance(header.get("k"), str):
         raise WireError("bad-header", "kind is not a string")
-    meta = header.get("m", {})
+    meta = header.get("m")
     if meta is None:
-        header["m"] = {}
+        meta = {}
     elif not isinstance(meta, dict):
         raise WireError("bad-header", "meta is not a map")
+    header["m"] = meta
     specs = header.get("a", [])
     if not isinstance(specs, list):
         raise WireError("bad-header", "array list is not a list")

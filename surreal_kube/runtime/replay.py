@@ -28,8 +28,8 @@ from surreal_kube.runtime.ring import BatchStore, ColumnarRing, ItemBufferAdapte
 
 log = logging.getLogger(__name__)
 
-CREDITS_PER_SHARD = 2
-"""Requests a shard accepts at once: 2 lets it prepare the next batch while one travels."""
+CREDITS_PER_SHARD = 4
+"""Requests a shard accepts at once: several, so batches stream while others travel."""
 DRAIN_PER_LOOP = 64
 REANNOUNCE_SECONDS = 3.0
 

@@ -117,12 +117,15 @@ class ColumnarRing:
             if self._start + n <= self.capacity:
                 out = {k: v[self._start : self._start + n].copy() for k, v in self._data.items()}
             else:
-                out = {k: v[idx] for k, v in self._data.items()}
+                out = {k: np.take(v, idx, axis=0) for k, v in self._data.items()}
             self._start = (self._start + n) % self.capacity
             self._size -= n
             return out
-        idx = (self._start + self._rng.integers(0, self._size, batch_size)) % self.capacity
-        return {k: v[idx] for k, v in self._data.items()}
+        idx = self._rng.integers(0, self._size, batch_size)
+        if self._start:
+            idx = (idx + self._start) % self.capacity
+        # np.take is about twice as fast as fancy indexing for row gathers.
+        return {k: np.take(v, idx, axis=0) for k, v in self._data.items()}
 
 
 class ItemBufferAdapter:

@@ -209,3 +209,9 @@ def test_receiver_socket_survives_hostile_frames():
     finally:
         push.close(0)
         pull.close(0)
+
+
+def test_header_without_meta_or_arrays_is_an_empty_message():
+    """Found by the fuzzer: a header lacking "m" must not crash the decoder."""
+    msg = wire.decode([msgpack.packb({"v": wire.PROTOCOL_VERSION, "k": "exp"})])
+    assert msg.meta == {} and msg.arrays == {}

@@ -1,0 +1,437 @@
+"""Benchmark of the comm layer against raw ZeroMQ moving the same bytes, in the same run.
+
+    python bench/comm.py [--quick]
+
+- experience: transitions/s from agent senders through the replay load balancer into the shards'
+  buffers (the real `ReplayBalancer` and `ReplayShard` role code, 2 shards), in batches of 256
+  transitions (obs 27 x float32, action 8 x float32, reward float32, done bool). Reference: the
+  same senders PUSHing the same four arrays zero-copy straight to one PULL socket.
+- sampling: batches/s of 512 transitions that the learner's `Prefetcher` delivers from 2 uniform
+  shards through the sampling broker. Reference: a raw PUSH/PULL stream of the same batches.
+- parameters: seconds from `publish` until 8 agent clients hold a new 1 MB parameter set (learner
+  PUB -> ps shard -> ps proxy -> 8 `ParameterClient`s fetching by hash). Reference: raw PUB of the
+  same megabyte to 8 SUB sockets.
+
+Every party runs in its own process (agents: 8 client threads in one process), as in a local
+experiment. Writes bench/results/comm.json.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import zmq
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from common import Row, parse_args, print_table, write_results
+
+BATCH = 256
+SAMPLE_BATCH = 512
+SENDERS = 2
+SHARDS = 2
+AGENTS = 8
+PARAM_BYTES = 1 << 20
+
+
+def transitions(n: int, seed: int = 0) -> dict[str, np.ndarray]:
+    """n transitions, stacked: what an agent sends in one message."""
+    rng = np.random.default_rng(seed)
+    return {
+        "obs": rng.standard_normal((n, 27)).astype(np.float32),
+        "action": rng.standard_normal((n, 8)).astype(np.float32),
+        "reward": rng.standard_normal(n).astype(np.float32),
+        "done": rng.random(n) < 0.01,
+    }
+
+
+def free_port() -> int:
+    """A free TCP port on 127.0.0.1."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def experiment_envs(root: Path, spec: dict[str, Any]) -> dict[str, dict[str, str]]:
+    """The environment of every process of a throwaway experiment (as the local backend does)."""
+    from surreal_kube.experiment.resolve import (
+        deep_merge,
+        default_document,
+        dump_yaml,
+        validate_document,
+    )
+    from surreal_kube.experiment.topology import build_topology
+
+    doc = default_document("bench", "ddpg")
+    deep_merge(doc, {"spec": spec})
+    exp = validate_document(doc)
+    config = root / "config.yml"
+    config.write_text(dump_yaml(exp))
+    topo = build_topology("bench", exp.spec)
+    book = topo.addresses_local({e: free_port() for e in topo.binders})
+    return {
+        p.name: topo.environment(p, book, config_path=str(config), experiment_dir=str(root))
+        for p in topo.processes
+    }
+
+
+# ------------------------------------------------------------------------------ worker processes
+
+
+def _role(env: dict[str, str], role: str, index: int) -> Any:
+    os.environ.update(env)
+    from surreal_kube.runtime.context import RoleContext
+    from surreal_kube.runtime.main import role_class
+
+    ctx = RoleContext.from_env(role=role, index=index)
+    return role_class(role)(ctx)
+
+
+def run_balancer(env: dict[str, str], stop: Any) -> None:
+    """The replay load balancer role (or the ps proxy), until `stop`."""
+    role = _role(env, env["SURREAL_ROLE"], 0)
+    threading.Thread(target=lambda: (stop.wait(), role.stop.set()), daemon=True).start()
+    try:
+        role.run()
+    finally:
+        role.close()
+
+
+def run_shard(env: dict[str, str], ready: Any, window: Any, stop: Any, out: Any) -> None:
+    """A replay shard: counts the transitions it stored inside the measurement window."""
+    shard = _role(env, "replay-shard", int(env["SURREAL_INDEX"]))
+    ready.put(shard.connected)
+    start_items = None
+    t0 = t1 = 0.0
+    try:
+        while not stop.is_set():
+            shard.step(20)
+            if start_items is None and window.is_set():
+                start_items, t0 = shard.receiver.items, time.perf_counter()
+        t1 = time.perf_counter()
+        out.put((shard.receiver.items - (start_items or 0), t1 - t0, shard.server.served))
+    finally:
+        shard.close()
+
+
+def run_ps_shard(env: dict[str, str], stop: Any) -> None:
+    """A parameter-server shard role until `stop`."""
+    role = _role(env, "ps-shard", int(env["SURREAL_INDEX"]))
+    threading.Thread(target=lambda: (stop.wait(), role.stop.set()), daemon=True).start()
+    try:
+        role.run()
+    finally:
+        role.close()
+
+
+def run_sender(addr: str, raw: bool, stop: Any, seed: int) -> None:
+    """An agent sending batches of BATCH transitions as fast as it can."""
+    batch = transitions(BATCH, seed)
+    if raw:
+        from surreal_kube.comm.sockets import make_socket
+
+        sock = make_socket(zmq.PUSH, connect=addr, sndhwm=64)
+        frames = [batch["obs"], batch["action"], batch["reward"], batch["done"]]
+        while not stop.is_set():
+            for _ in range(100):
+                sock.send_multipart(frames, copy=False)
+        sock.close(0)
+        return
+    from surreal_kube.comm.experience import ExperienceSender
+
+    sender = ExperienceSender(addr, timeout=5.0)
+    while not stop.is_set():
+        for _ in range(100):
+            sender.send_stacked(batch, BATCH)
+    sender.close()
+
+
+def run_raw_receiver(addr: str, window: Any, stop: Any, out: Any) -> None:
+    """The reference sink: PULL and count, zero-copy."""
+    from surreal_kube.comm.sockets import make_socket
+
+    sock = make_socket(zmq.PULL, bind=addr, rcvhwm=64)
+    count, t0, started = 0, 0.0, False
+    while not stop.is_set():
+        if not sock.poll(20):
+            continue
+        frames = sock.recv_multipart(copy=False)
+        if not started and window.is_set():
+            started, count, t0 = True, 0, time.perf_counter()
+        count += len(frames[3]) if started else 0
+    out.put((count, time.perf_counter() - t0))
+    sock.close(0)
+
+
+def run_raw_batch_pusher(addr: str, stop: Any) -> None:
+    """The sampling reference: a stream of SAMPLE_BATCH-transition batches."""
+    from surreal_kube.comm.sockets import make_socket
+
+    sock = make_socket(zmq.PUSH, bind=addr, sndhwm=8)
+    batch = transitions(SAMPLE_BATCH)
+    frames = [batch["obs"], batch["action"], batch["reward"], batch["done"]]
+    while not stop.is_set():
+        try:
+            sock.send_multipart(frames, zmq.NOBLOCK, copy=False)
+        except zmq.Again:
+            sock.poll(20, zmq.POLLOUT)
+    sock.close(0)
+
+
+def run_agents(addr: str, raw: bool, rounds: int, ready: Any, go: Any, out: Any) -> None:
+    """AGENTS clients (threads): for each new parameter set, the time the last one got it."""
+    from surreal_kube.comm.parameters import ParameterClient
+    from surreal_kube.comm.sockets import make_socket
+
+    got: list[list[float]] = [[] for _ in range(AGENTS)]
+
+    def agent(i: int) -> None:
+        if raw:
+            sock = make_socket(zmq.SUB, connect=addr, rcvhwm=4)
+            sock.setsockopt(zmq.SUBSCRIBE, b"")
+            ready.put(i)
+            while len(got[i]) < rounds:
+                if sock.poll(200):
+                    sock.recv_multipart(copy=False)
+                    got[i].append(time.time())
+            sock.close(0)
+            return
+        client = ParameterClient(addr, timeout=2.0)
+        ready.put(i)
+        held = None
+        while len(got[i]) < rounds:
+            if client.fetch() is not None and client.hash != held:
+                held = client.hash
+                got[i].append(time.time())
+            else:
+                time.sleep(0.001)  # an agent fetches between env steps, not in a hot loop
+        client.close()
+
+    threads = [threading.Thread(target=agent, args=(i,)) for i in range(AGENTS)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    out.put([max(got[i][r] for i in range(AGENTS)) for r in range(rounds)])
+
+
+# ------------------------------------------------------------------------------ measurements
+
+
+def _spawn(ctx: Any, target: Any, *args: Any) -> Any:
+    p = ctx.Process(target=target, args=args, daemon=True)
+    p.start()
+    return p
+
+
+def _join(procs: list[Any]) -> None:
+    for p in procs:
+        p.join(10)
+        if p.is_alive():
+            p.kill()
+
+
+def _wait_shards(ready: Any) -> None:
+    """Until every shard is up and connected to the load balancer (so both get experience)."""
+    if not all(ready.get(timeout=120) for _ in range(SHARDS)):
+        raise RuntimeError("a replay shard could not reach the load balancer")
+
+
+def experience(mpc: Any, seconds: float, raw: bool) -> float:
+    """Transitions per second into the shards (ours) or the raw PULL socket (reference)."""
+    window, stop, out = mpc.Event(), mpc.Event(), mpc.Queue()
+    procs = []
+    with tempfile.TemporaryDirectory() as tmp:
+        if raw:
+            addr = f"tcp://127.0.0.1:{free_port()}"
+            procs.append(_spawn(mpc, run_raw_receiver, addr, window, stop, out))
+            expected = 1
+        else:
+            spec = {"replay": {"shards": SHARDS, "kind": "uniform", "capacity": 200_000}}
+            envs = experiment_envs(Path(tmp), spec)
+            lb_stop = mpc.Event()
+            procs.append(_spawn(mpc, run_balancer, envs["replay"], lb_stop))
+            ready = mpc.Queue()
+            for i in range(SHARDS):
+                procs.append(
+                    _spawn(mpc, run_shard, envs[f"replay-shard-{i}"], ready, window, stop, out)
+                )
+            _wait_shards(ready)
+            addr = envs["agents-0"]["SURREAL_REPLAY_COLLECTOR_ADDR"]
+            expected = SHARDS
+        time.sleep(2.0)  # imports and connections
+        senders = [_spawn(mpc, run_sender, addr, raw, stop, s) for s in range(SENDERS)]
+        time.sleep(1.0)  # warm-up
+        window.set()
+        time.sleep(seconds)
+        stop.set()
+        results = [out.get(timeout=30) for _ in range(expected)]
+        _join(senders)
+        if not raw:
+            lb_stop.set()
+        _join(procs)
+    return sum(r[0] for r in results) / max(r[1] for r in results)
+
+
+def sampling(mpc: Any, seconds: float, raw: bool) -> float:
+    """Batches of SAMPLE_BATCH per second delivered to the learner side."""
+    stop = mpc.Event()
+    procs = []
+    with tempfile.TemporaryDirectory() as tmp:
+        if raw:
+            addr = f"tcp://127.0.0.1:{free_port()}"
+            procs.append(_spawn(mpc, run_raw_batch_pusher, addr, stop))
+            from surreal_kube.comm.sockets import make_socket
+
+            sock = make_socket(zmq.PULL, connect=addr, rcvhwm=8)
+
+            def get() -> None:
+                sock.recv_multipart(copy=False)
+
+        else:
+            spec = {
+                "replay": {
+                    "shards": SHARDS,
+                    "kind": "uniform",
+                    "capacity": 100_000,
+                    "startSampling": 3000,
+                }
+            }
+            envs = experiment_envs(Path(tmp), spec)
+            window, out, lb_stop = mpc.Event(), mpc.Queue(), mpc.Event()
+            procs.append(_spawn(mpc, run_balancer, envs["replay"], lb_stop))
+            ready = mpc.Queue()
+            shards = [
+                _spawn(mpc, run_shard, envs[f"replay-shard-{i}"], ready, window, stop, out)
+                for i in range(SHARDS)
+            ]
+            _wait_shards(ready)
+            from surreal_kube.comm.experience import ExperienceSender
+            from surreal_kube.comm.sampling import Prefetcher
+
+            sender = ExperienceSender(
+                envs["agents-0"]["SURREAL_REPLAY_COLLECTOR_ADDR"], timeout=5.0
+            )
+            for s in range(40):  # 10,240 transitions, over both shards
+                sender.send_stacked(transitions(BATCH, s), BATCH)
+            sender.close()
+            prefetcher = Prefetcher(
+                envs["learner"]["SURREAL_REPLAY_SAMPLER_ADDR"], SAMPLE_BATCH, depth=4
+            )
+            prefetcher.start()
+
+            def get() -> None:
+                assert prefetcher.get(timeout=30) is not None
+
+        get()  # the first batch: everything is up
+        for _ in range(20):
+            get()
+        n, t0 = 0, time.perf_counter()
+        while time.perf_counter() - t0 < seconds:
+            get()
+            n += 1
+        rate = n / (time.perf_counter() - t0)
+        stop.set()
+        if raw:
+            sock.close(0)
+        else:
+            prefetcher.close()
+            for _ in shards:
+                out.get(timeout=30)
+            lb_stop.set()
+            procs.extend(shards)
+        _join(procs)
+    return rate
+
+
+def parameters(mpc: Any, rounds: int, raw: bool) -> float:
+    """Median seconds from publish until all AGENTS hold the new parameters."""
+    ready, out, stop = mpc.Queue(), mpc.Queue(), mpc.Event()
+    procs = []
+    with tempfile.TemporaryDirectory() as tmp:
+        from surreal_kube.comm.parameters import ParameterPublisher
+
+        if raw:
+            from surreal_kube.comm.sockets import make_socket
+
+            addr = f"tcp://127.0.0.1:{free_port()}"
+            pub = make_socket(zmq.PUB, bind=addr, sndhwm=4)
+            client_addr = addr
+        else:
+            envs = experiment_envs(Path(tmp), {"ps": {"shards": 1}})
+            publisher = ParameterPublisher(envs["learner"]["SURREAL_PARAMETER_PUBLISH_BIND"])
+            procs.append(_spawn(mpc, run_balancer, envs["ps"], stop))
+            procs.append(_spawn(mpc, run_ps_shard, envs["ps-shard-0"], stop))
+            client_addr = envs["agents-0"]["SURREAL_PS_SERVE_ADDR"]
+        agents = _spawn(mpc, run_agents, client_addr, raw, rounds, ready, None, out)
+        for _ in range(AGENTS):
+            ready.get(timeout=60)
+        time.sleep(2.0)  # connections (and for ours: the ps shard's subscription)
+        published = []
+        for r in range(rounds):
+            params = {"w": np.full(PARAM_BYTES // 4, r, np.float32)}
+            published.append(time.time())
+            if raw:
+                pub.send_multipart([b"params", params["w"]], copy=False)
+            else:
+                publisher.publish(params, iteration=r, copy=False)
+            time.sleep(0.5)
+        arrived = out.get(timeout=60)
+        agents.join(10)
+        stop.set()
+        if raw:
+            pub.close(0)
+        else:
+            publisher.close()
+        _join(procs)
+    return statistics.median(a - p for a, p in zip(arrived, published, strict=True))
+
+
+def main() -> None:
+    """Measure, print the table, write bench/results/comm.json."""
+    args = parse_args(__doc__.splitlines()[0])
+    seconds = 3.0 if args.quick else 10.0
+    rounds = 5 if args.quick else 20
+    mpc = mp.get_context("spawn")
+    rows = [
+        Row(
+            f"experience: transitions/s into {SHARDS} shards via the load balancer",
+            experience(mpc, seconds, raw=False),
+            experience(mpc, seconds, raw=True),
+            "transitions/s",
+            "higher",
+        ),
+        Row(
+            f"sampling: batches of {SAMPLE_BATCH} delivered by the prefetcher",
+            sampling(mpc, seconds, raw=False),
+            sampling(mpc, seconds, raw=True),
+            "batches/s",
+            "higher",
+        ),
+        Row(
+            f"parameters: publish -> {AGENTS} agents hold 1 MB (median of {rounds})",
+            parameters(mpc, rounds, raw=False),
+            parameters(mpc, rounds, raw=True),
+            "s",
+            "lower",
+        ),
+    ]
+    print_table("comm", rows)
+    path = write_results("comm", rows)
+    print(f"wrote {path}")
+
+
+if __name__ == "__main__":
+    main()
