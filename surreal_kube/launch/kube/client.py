@@ -1,0 +1,582 @@
+"""A small Kubernetes client: one connection, plain dicts, server-side apply, own errors.
+
+Everything cluster-facing in surreal-kube (the CLI verbs and the operator's reconcile step) talks to
+the API server through `Kube`. It wraps the official `kubernetes` client's transport (kubeconfig
+and in-cluster loading, TLS, auth plugins) but speaks plain JSON dicts, so that objects rendered by
+the templates go to the server as they are, and it converts every transport failure into the
+small hierarchy below, chained with `raise ... from e`: callers never see `ApiException`.
+
+    KubeError (LaunchError)
+      NotFoundError       404
+      ConflictError       409 (already exists, resourceVersion or field-manager conflict)
+      ForbiddenError      403 (RBAC, admission, an exceeded ResourceQuota)
+      InvalidError        422 (the object breaks the schema)
+      UnreachableError    no answer (connection refused, TLS, timeout)
+      ServerError         anything else, with its status and reason
+
+The `kubernetes` package is imported only when a connection is made, so `--help` stays fast.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+from surreal_kube.errors import LaunchError
+
+FIELD_MANAGER = "surreal-kube"
+APPLY_PATCH = "application/apply-patch+yaml"
+MERGE_PATCH = "application/merge-patch+json"
+
+
+# --------------------------------------------------------------------------- errors
+
+
+class KubeError(LaunchError):
+    """The API server refused a request or could not be reached."""
+
+    def __init__(self, message: str, status: int = 0, reason: str = "") -> None:
+        super().__init__(message)
+        self.status = status
+        self.reason = reason
+
+
+class NotFoundError(KubeError):
+    """404: the object (or its kind) does not exist."""
+
+
+class ConflictError(KubeError):
+    """409: it already exists, or someone changed it meanwhile."""
+
+
+class ForbiddenError(KubeError):
+    """403: RBAC, an admission plugin or a ResourceQuota said no."""
+
+
+class InvalidError(KubeError):
+    """422: the object does not satisfy its schema."""
+
+
+class UnreachableError(KubeError):
+    """The API server did not answer (connection, TLS or timeout)."""
+
+
+class ServerError(KubeError):
+    """Any other failure, with the server's status and reason."""
+
+
+_BY_STATUS: dict[int, type[KubeError]] = {
+    404: NotFoundError,
+    409: ConflictError,
+    403: ForbiddenError,
+    422: InvalidError,
+}
+
+
+def error_from_response(status: int, body: bytes | str | None, what: str) -> KubeError:
+    """The KubeError for an HTTP error answer; the server's own message when it sent one."""
+    reason = ""
+    message = ""
+    text = body.decode("utf-8", "replace") if isinstance(body, bytes) else (body or "")
+    try:
+        doc = json.loads(text) if text else {}
+    except ValueError:
+        doc = {}
+    if isinstance(doc, dict):
+        reason = str(doc.get("reason") or "")
+        message = str(doc.get("message") or "")
+    if not message:
+        message = text.strip()[:300] or f"HTTP {status}"
+    cls = _BY_STATUS.get(status, ServerError)
+    return cls(f"{what}: {message}", status=status, reason=reason)
+
+
+# --------------------------------------------------------------------------- resources
+
+
+@dataclass(frozen=True)
+class Resource:
+    """Where a kind lives in the API: its group/version, plural and scope."""
+
+    api_version: str
+    kind: str
+    plural: str
+    namespaced: bool = True
+
+    def path(
+        self, namespace: str | None = None, name: str | None = None, sub: str | None = None
+    ) -> str:
+        """The REST path of the collection, or of one object (and a subresource)."""
+        base = "/api/v1" if self.api_version == "v1" else f"/apis/{self.api_version}"
+        if self.namespaced and namespace:
+            base += f"/namespaces/{quote(namespace, safe='')}"
+        base += f"/{self.plural}"
+        if name:
+            base += f"/{quote(name, safe='')}"
+        if sub:
+            base += f"/{sub}"
+        return base
+
+
+_KNOWN = (
+    Resource("v1", "Namespace", "namespaces", namespaced=False),
+    Resource("v1", "Node", "nodes", namespaced=False),
+    Resource("v1", "Pod", "pods"),
+    Resource("v1", "Service", "services"),
+    Resource("v1", "ConfigMap", "configmaps"),
+    Resource("v1", "Secret", "secrets"),
+    Resource("v1", "ServiceAccount", "serviceaccounts"),
+    Resource("v1", "PersistentVolumeClaim", "persistentvolumeclaims"),
+    Resource("v1", "Event", "events"),
+    Resource("v1", "ResourceQuota", "resourcequotas"),
+    Resource("apps/v1", "StatefulSet", "statefulsets"),
+    Resource("apps/v1", "Deployment", "deployments"),
+    Resource("apps/v1", "ReplicaSet", "replicasets"),
+    Resource("batch/v1", "Job", "jobs"),
+    Resource("policy/v1", "PodDisruptionBudget", "poddisruptionbudgets"),
+    Resource("networking.k8s.io/v1", "NetworkPolicy", "networkpolicies"),
+    Resource("discovery.k8s.io/v1", "EndpointSlice", "endpointslices"),
+    Resource("rbac.authorization.k8s.io/v1", "Role", "roles"),
+    Resource("rbac.authorization.k8s.io/v1", "RoleBinding", "rolebindings"),
+    Resource("rbac.authorization.k8s.io/v1", "ClusterRole", "clusterroles", namespaced=False),
+    Resource("rbac.authorization.k8s.io/v1", "ClusterRoleBinding", "clusterrolebindings", False),
+    Resource(
+        "apiextensions.k8s.io/v1",
+        "CustomResourceDefinition",
+        "customresourcedefinitions",
+        namespaced=False,
+    ),
+    Resource("surreal.ai/v1alpha1", "Experiment", "experiments"),
+)
+RESOURCES: dict[tuple[str, str], Resource] = {(r.api_version, r.kind): r for r in _KNOWN}
+
+
+def resource(api_version: str, kind: str) -> Resource:
+    """The Resource of a built-in kind this package uses (KeyError for others)."""
+    return RESOURCES[(api_version, kind)]
+
+
+POD = resource("v1", "Pod")
+EVENT = resource("v1", "Event")
+NODE = resource("v1", "Node")
+EXPERIMENT = resource("surreal.ai/v1alpha1", "Experiment")
+CRD = resource("apiextensions.k8s.io/v1", "CustomResourceDefinition")
+
+
+def describe(obj: Mapping[str, Any]) -> str:
+    """`StatefulSet/exp-agents` for messages."""
+    return f"{obj.get('kind', '?')}/{obj.get('metadata', {}).get('name', '?')}"
+
+
+# --------------------------------------------------------------------------- the connection
+
+
+class Kube:
+    """One connection to one cluster, with a default namespace (kubectl's rules).
+
+    The namespace is the `namespace` argument, else the kubeconfig context's namespace, else
+    `default`; in a pod (no kubeconfig, KUBERNETES_SERVICE_HOST set) the service account's.
+    """
+
+    def __init__(
+        self,
+        *,
+        kubeconfig: str | os.PathLike[str] | None = None,
+        context: str | None = None,
+        namespace: str | None = None,
+        field_manager: str = FIELD_MANAGER,
+        timeout: float = 30.0,
+    ) -> None:
+        from kubernetes import client, config
+        from kubernetes.config.config_exception import ConfigException
+
+        self.field_manager = field_manager
+        self.timeout = timeout
+        cfg = client.Configuration()
+        context_namespace: str | None = None
+        in_cluster = (
+            kubeconfig is None
+            and context is None
+            and not os.environ.get("KUBECONFIG")
+            and not Path("~/.kube/config").expanduser().exists()
+            and bool(os.environ.get("KUBERNETES_SERVICE_HOST"))
+        )
+        try:
+            if in_cluster:
+                config.load_incluster_config(client_configuration=cfg)
+                ns_file = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
+                context_namespace = ns_file.read_text().strip() if ns_file.exists() else None
+                self.context = "in-cluster"
+            else:
+                path = str(kubeconfig) if kubeconfig else None
+                contexts, current = config.list_kube_config_contexts(config_file=path)
+                chosen = current
+                if context is not None:
+                    chosen = next((c for c in contexts if c["name"] == context), None)
+                    if chosen is None:
+                        names = ", ".join(sorted(c["name"] for c in contexts)) or "none"
+                        raise KubeError(
+                            f"kubeconfig has no context named {context!r} (contexts: {names})"
+                        )
+                if not chosen:
+                    raise KubeError("kubeconfig has no current context; pass --context")
+                self.context = chosen["name"]
+                context_namespace = (chosen.get("context") or {}).get("namespace")
+                config.load_kube_config(
+                    config_file=path,
+                    context=self.context,
+                    client_configuration=cfg,
+                    persist_config=False,
+                )
+        except (ConfigException, OSError, ValueError, TypeError) as e:
+            where = kubeconfig or os.environ.get("KUBECONFIG") or "~/.kube/config"
+            raise KubeError(f"cannot load the Kubernetes configuration ({where}): {e}") from e
+        self.namespace = namespace or context_namespace or "default"
+        self.server = cfg.host
+        self.configuration = cfg
+        self.api = client.ApiClient(cfg)
+        self._discovered: dict[tuple[str, str], Resource] = {}
+
+    # -- plumbing
+
+    def close(self) -> None:
+        self.api.close()
+
+    def __enter__(self) -> Kube:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def raw(
+        self,
+        method: str,
+        path: str,
+        *,
+        query: Mapping[str, Any] | None = None,
+        body: Any = None,
+        content_type: str | None = None,
+        timeout: float | None = None,
+        what: str | None = None,
+    ) -> Any:
+        """One request; the parsed JSON answer (or text), KubeError on any failure."""
+        resp = self._send(method, path, query, body, content_type, timeout, what, stream=False)
+        data = resp.read()
+        if not data:
+            return None
+        try:
+            return json.loads(data)
+        except ValueError:
+            return data.decode("utf-8", "replace")
+
+    def stream(
+        self,
+        path: str,
+        *,
+        query: Mapping[str, Any] | None = None,
+        timeout: float | None = None,
+        what: str | None = None,
+    ) -> Iterator[bytes]:
+        """GET a streaming answer (logs, watches) and yield its lines as they arrive."""
+        resp = self._send("GET", path, query, None, None, timeout, what, stream=True)
+        raw = resp.response
+        buffer = b""
+        try:
+            for chunk in raw.stream(4096, decode_content=True):
+                buffer += chunk
+                while b"\n" in buffer:
+                    line, buffer = buffer.split(b"\n", 1)
+                    yield line + b"\n"
+            if buffer:
+                yield buffer
+        except Exception as e:  # urllib3's protocol and timeout errors mid-stream
+            if type(e).__module__.startswith("urllib3"):
+                raise UnreachableError(f"{what or path}: the stream broke: {e}") from e
+            raise
+        finally:
+            raw.release_conn()
+
+    def _send(
+        self,
+        method: str,
+        path: str,
+        query: Mapping[str, Any] | None,
+        body: Any,
+        content_type: str | None,
+        timeout: float | None,
+        what: str | None,
+        *,
+        stream: bool,
+    ) -> Any:
+        from kubernetes.client.exceptions import ApiException
+
+        headers = {"Accept": "application/json"}
+        if body is not None:
+            headers["Content-Type"] = content_type or "application/json"
+        params = [(k, _query_value(v)) for k, v in (query or {}).items() if v is not None]
+        label = what or f"{method} {path}"
+        try:
+            req = self.api.param_serialize(
+                method,
+                path,
+                query_params=params,
+                header_params=headers,
+                body=body,
+                auth_settings=["BearerToken"],
+            )
+            limit = timeout if timeout is not None else self.timeout
+            resp = self.api.call_api(*req, _request_timeout=(min(limit, 10.0), limit))
+        except ApiException as e:
+            if e.status:
+                raise error_from_response(e.status, e.body, label) from e
+            raise UnreachableError(f"{label}: cannot reach {self.server}: {e.reason}") from e
+        except Exception as e:
+            if type(e).__module__.startswith(("urllib3", "ssl", "socket")) or isinstance(
+                e, OSError
+            ):
+                raise UnreachableError(f"{label}: cannot reach {self.server}: {e}") from e
+            raise
+        if not 200 <= resp.status <= 299:
+            raise error_from_response(resp.status, resp.read(), label)
+        return resp
+
+    # -- discovery
+
+    def resource_for(self, api_version: str, kind: str) -> Resource:
+        """The Resource of any kind: the built-in table, else API discovery (cached)."""
+        key = (api_version, kind)
+        if key in RESOURCES:
+            return RESOURCES[key]
+        if key not in self._discovered:
+            base = "/api/v1" if api_version == "v1" else f"/apis/{api_version}"
+            found = self.raw("GET", base, what=f"discover {api_version}")
+            for r in found.get("resources", []):
+                if "/" not in r["name"]:
+                    self._discovered[(api_version, r["kind"])] = Resource(
+                        api_version, r["kind"], r["name"], bool(r.get("namespaced"))
+                    )
+            if key not in self._discovered:
+                raise NotFoundError(f"the server has no kind {kind} in {api_version}", 404)
+        return self._discovered[key]
+
+    def has_experiment_crd(self) -> bool:
+        """True when the `Experiment` kind is served (the CRD is installed and established)."""
+        try:
+            found = self.raw("GET", f"/apis/{EXPERIMENT.api_version}", what="discover Experiment")
+        except NotFoundError:
+            return False
+        return any(r.get("name") == EXPERIMENT.plural for r in (found or {}).get("resources", []))
+
+    # -- objects
+
+    def _ns(self, res: Resource, namespace: str | None) -> str | None:
+        return (namespace or self.namespace) if res.namespaced else None
+
+    def get(self, res: Resource, name: str, namespace: str | None = None) -> dict[str, Any]:
+        ns = self._ns(res, namespace)
+        return self.raw("GET", res.path(ns, name), what=f"get {res.kind}/{name}")
+
+    def get_or_none(
+        self, res: Resource, name: str, namespace: str | None = None
+    ) -> dict[str, Any] | None:
+        try:
+            return self.get(res, name, namespace)
+        except NotFoundError:
+            return None
+
+    def list(
+        self,
+        res: Resource,
+        namespace: str | None = None,
+        *,
+        labels: str | Mapping[str, str] | None = None,
+        fields: str | None = None,
+        all_namespaces: bool = False,
+    ) -> list[dict[str, Any]]:
+        """Every object of a kind (in the namespace), paging through large lists."""
+        ns = None if all_namespaces else self._ns(res, namespace)
+        items: list[dict[str, Any]] = []
+        query: dict[str, Any] = {
+            "labelSelector": selector(labels) if labels else None,
+            "fieldSelector": fields,
+            "limit": 500,
+        }
+        while True:
+            page = self.raw("GET", res.path(ns), query=query, what=f"list {res.plural}")
+            for item in page.get("items", []):
+                item.setdefault("apiVersion", res.api_version)
+                item.setdefault("kind", res.kind)
+                items.append(item)
+            cont = (page.get("metadata") or {}).get("continue")
+            if not cont:
+                return items
+            query["continue"] = cont
+
+    def create(
+        self, obj: Mapping[str, Any], namespace: str | None = None, *, dry_run: bool = False
+    ) -> dict[str, Any]:
+        res = self.resource_for(obj["apiVersion"], obj["kind"])
+        ns = self._ns(res, namespace or obj.get("metadata", {}).get("namespace"))
+        return self.raw(
+            "POST",
+            res.path(ns),
+            query={
+                "dryRun": "All" if dry_run else None,
+                "fieldManager": self.field_manager,
+                "fieldValidation": "Strict",
+            },
+            body=dict(obj),
+            what=f"create {describe(obj)}",
+        )
+
+    def apply(
+        self,
+        obj: Mapping[str, Any],
+        namespace: str | None = None,
+        *,
+        dry_run: bool = False,
+        force: bool = True,
+        sub: str | None = None,
+    ) -> dict[str, Any]:
+        """Server-side apply `obj` under this client's field manager; the object as stored."""
+        res = self.resource_for(obj["apiVersion"], obj["kind"])
+        meta = obj.get("metadata") or {}
+        ns = self._ns(res, namespace or meta.get("namespace"))
+        return self.raw(
+            "PATCH",
+            res.path(ns, meta["name"], sub),
+            query={
+                "fieldManager": self.field_manager,
+                "force": "true" if force else None,
+                "dryRun": "All" if dry_run else None,
+                "fieldValidation": "Strict",
+            },
+            body=dict(obj),
+            content_type=APPLY_PATCH,
+            what=f"apply {describe(obj)}",
+        )
+
+    def patch(
+        self,
+        res: Resource,
+        name: str,
+        body: Mapping[str, Any],
+        namespace: str | None = None,
+        *,
+        sub: str | None = None,
+    ) -> dict[str, Any]:
+        """A JSON merge patch (small edits: an annotation, the scale subresource)."""
+        ns = self._ns(res, namespace)
+        return self.raw(
+            "PATCH",
+            res.path(ns, name, sub),
+            query={"fieldManager": self.field_manager},
+            body=dict(body),
+            content_type=MERGE_PATCH,
+            what=f"patch {res.kind}/{name}",
+        )
+
+    def delete(
+        self,
+        res: Resource,
+        name: str,
+        namespace: str | None = None,
+        *,
+        propagation: str = "Background",
+        missing_ok: bool = True,
+        dry_run: bool = False,
+    ) -> bool:
+        """Delete one object; False when it was already gone (and missing_ok)."""
+        ns = self._ns(res, namespace)
+        try:
+            self.raw(
+                "DELETE",
+                res.path(ns, name),
+                query={"dryRun": "All" if dry_run else None},
+                body={"propagationPolicy": propagation},
+                what=f"delete {res.kind}/{name}",
+            )
+        except NotFoundError:
+            if missing_ok:
+                return False
+            raise
+        return True
+
+    def delete_collection(
+        self, res: Resource, labels: str | Mapping[str, str], namespace: str | None = None
+    ) -> None:
+        """Delete every object of a kind matching the labels."""
+        ns = self._ns(res, namespace)
+        self.raw(
+            "DELETE",
+            res.path(ns),
+            query={"labelSelector": selector(labels)},
+            body={"propagationPolicy": "Background"},
+            what=f"delete {res.plural}",
+        )
+
+    def watch(
+        self,
+        res: Resource,
+        namespace: str | None = None,
+        *,
+        labels: str | Mapping[str, str] | None = None,
+        resource_version: str | None = None,
+        timeout: float = 60.0,
+    ) -> Iterator[tuple[str, dict[str, Any]]]:
+        """(type, object) events until the server ends the watch (about `timeout` seconds)."""
+        ns = self._ns(res, namespace)
+        query = {
+            "watch": "true",
+            "labelSelector": selector(labels) if labels else None,
+            "resourceVersion": resource_version,
+            "timeoutSeconds": int(timeout),
+            "allowWatchBookmarks": "true",
+        }
+        for line in self.stream(
+            res.path(ns), query=query, timeout=timeout + 10, what=f"watch {res.plural}"
+        ):
+            if not line.strip():
+                continue
+            event = json.loads(line)
+            if event.get("type") == "ERROR":
+                status = event.get("object") or {}
+                raise error_from_response(
+                    int(status.get("code") or 500), json.dumps(status), f"watch {res.plural}"
+                )
+            yield event["type"], event["object"]
+
+    def wait_gone(
+        self,
+        res: Resource,
+        labels: str | Mapping[str, str],
+        namespace: str | None = None,
+        *,
+        timeout: float = 120.0,
+    ) -> list[dict[str, Any]]:
+        """Poll until no object of a kind matches; what is left when time ran out."""
+        deadline = time.monotonic() + timeout
+        while True:
+            left = self.list(res, namespace, labels=labels)
+            if not left or time.monotonic() > deadline:
+                return left
+            time.sleep(0.3)
+
+
+def selector(labels: str | Mapping[str, str]) -> str:
+    """A label selector string from a mapping (or a string as is)."""
+    if isinstance(labels, str):
+        return labels
+    return ",".join(f"{k}={v}" for k, v in sorted(labels.items()))
+
+
+def _query_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)

@@ -1,0 +1,295 @@
+"""The `Experiment` CustomResourceDefinition, generated from the pydantic spec.
+
+The spec model (surreal_kube.experiment.spec) is the one source of truth: its field names, types,
+bounds, enums and descriptions become the CRD's structural OpenAPI v3 schema here, so that
+`kubectl explain experiment.spec.agents` shows the same words as `surreal-kube config --help`.
+`operators/crd.yaml` and the Helm chart's `crds/` hold this output; a test keeps them equal
+(`python -m surreal_kube.launch.kube.crd > operators/crd.yaml` regenerates it).
+
+Choices:
+- No defaults in the schema. Defaults depend on the algorithm (DDPG's replay is uniform with a
+  million items, PPO's is FIFO), which a structural schema cannot express; the operator resolves a
+  partial spec with the same resolver as the CLI (built-in defaults for its algorithm, then the
+  object's spec), and `surreal-kube create` always writes the fully resolved spec.
+- The algorithm (a union discriminated by `name`) is one object holding the properties of every
+  algorithm, `name` required; the resolver refuses keys of the other algorithm.
+- Kubernetes quantities (cpu, memory) are int-or-string, as in a pod spec.
+- A CEL rule refuses an agent count the batch does not divide, so that `kubectl scale` and the
+  scale subresource get the same answer as the CLI.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import yaml
+
+from surreal_kube.experiment.spec import API_VERSION, KIND, ExperimentSpec
+from surreal_kube.launch.kube.status import ExperimentStatus
+
+GROUP, VERSION = API_VERSION.split("/")
+PLURAL = "experiments"
+SINGULAR = "experiment"
+SHORT_NAMES = ["exp", "exps"]
+CATEGORIES = ["surreal"]
+CRD_NAME = f"{PLURAL}.{GROUP}"
+
+# (model name in the JSON schema's $defs, property) -> schema override
+_INT_OR_STRING = {("Resources", "cpu"), ("Resources", "memory")}
+_DROP = ("title", "default", "discriminator", "examples")
+
+PRINTER_COLUMNS: list[dict[str, Any]] = [
+    {"name": "Phase", "type": "string", "jsonPath": ".status.phase"},
+    {
+        "name": "Ready",
+        "type": "string",
+        "jsonPath": ".status.ready",
+        "description": "running processes (pods) / desired",
+    },
+    {
+        "name": "Agents",
+        "type": "string",
+        "jsonPath": ".status.agents",
+        "description": "ready agents / desired agents",
+    },
+    {"name": "GPUs", "type": "integer", "jsonPath": ".status.gpus"},
+    {"name": "Iteration", "type": "integer", "jsonPath": ".status.learnerIteration"},
+    {"name": "Return", "type": "number", "jsonPath": ".status.evalReturn"},
+    {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
+    {"name": "Algorithm", "type": "string", "jsonPath": ".spec.algorithm.name", "priority": 1},
+    {"name": "Env", "type": "string", "jsonPath": ".spec.env.id", "priority": 1},
+    {"name": "Reason", "type": "string", "jsonPath": ".status.reason", "priority": 1},
+]
+
+SCALE = {
+    "specReplicasPath": ".spec.agents.count",
+    "statusReplicasPath": ".status.agentsReady",
+    "labelSelectorPath": ".status.agentSelector",
+}
+
+AGENTS_RULE = {
+    "rule": "!has(self.count) || !has(self.batch) || self.count % self.batch == 0",
+    "message": "agents.batch must divide agents.count: every agent pod runs the same number "
+    "of agents",
+}
+
+
+def structural(schema: dict[str, Any], defs: dict[str, Any], owner: str = "") -> dict[str, Any]:
+    """Convert one pydantic JSON-schema node into a structural OpenAPI v3 node."""
+    if "$ref" in schema:
+        name = schema["$ref"].rsplit("/", 1)[-1]
+        out = structural(defs[name], defs, name)
+        if "description" in schema:
+            out["description"] = schema["description"]
+        return out
+    for key in ("anyOf", "oneOf"):
+        if key in schema:
+            return _union(schema, schema[key], defs)
+    out: dict[str, Any] = {}
+    if "description" in schema:
+        out["description"] = schema["description"]
+    kind = schema.get("type")
+    if kind == "object" or "properties" in schema:
+        out["type"] = "object"
+        if "properties" in schema:
+            props = {}
+            for prop, sub in schema["properties"].items():
+                if (owner, prop) in _INT_OR_STRING:
+                    props[prop] = {
+                        "x-kubernetes-int-or-string": True,
+                        **({"description": sub["description"]} if "description" in sub else {}),
+                    }
+                else:
+                    props[prop] = structural(sub, defs)
+            out["properties"] = props
+            required = [r for r in schema.get("required", []) if r in props]
+            if required:
+                out["required"] = required
+        elif isinstance(schema.get("additionalProperties"), dict):
+            out["additionalProperties"] = structural(schema["additionalProperties"], defs)
+        else:
+            out["x-kubernetes-preserve-unknown-fields"] = True
+        return out
+    if kind == "array":
+        out["type"] = "array"
+        items = schema.get("items")
+        if items is None and "prefixItems" in schema:
+            converted = [structural(i, defs) for i in schema["prefixItems"]]
+            items = schema["prefixItems"][0]
+            if any(c != converted[0] for c in converted):
+                raise ValueError(f"mixed tuple items are not structural: {schema}")
+        out["items"] = structural(items or {}, defs)
+        for key in ("minItems", "maxItems"):
+            if key in schema:
+                out[key] = schema[key]
+        return out
+    if "const" in schema:
+        out["type"] = _json_type(schema["const"])
+        out["enum"] = [schema["const"]]
+        return out
+    if kind in ("string", "integer", "number", "boolean"):
+        out["type"] = kind
+        for key in ("enum", "minimum", "maximum", "minLength", "maxLength", "pattern"):
+            if key in schema:
+                out[key] = schema[key]
+        for key, bound in (("exclusiveMinimum", "minimum"), ("exclusiveMaximum", "maximum")):
+            if key in schema:
+                out[bound] = schema[key]
+                out[key] = True
+        return out
+    if not schema or set(schema) <= {"description", "title"}:
+        return {**out, "x-kubernetes-preserve-unknown-fields": True}
+    raise ValueError(f"cannot express this schema node structurally: {schema}")
+
+
+def _union(schema: dict[str, Any], members: list[dict[str, Any]], defs: dict[str, Any]) -> dict:
+    """`X | None` -> nullable X; a discriminated union of objects -> one object of all keys."""
+    nullable = any(m.get("type") == "null" for m in members)
+    rest = [m for m in members if m.get("type") != "null"]
+    if len(rest) == 1:
+        out = structural(rest[0], defs)
+    else:
+        converted = [structural(m, defs) for m in rest]
+        if all(c.get("type") == "object" and "properties" in c for c in converted):
+            props: dict[str, Any] = {}
+            for c in converted:
+                for prop, sub in c["properties"].items():
+                    if prop == "name":
+                        names = props.get("name", {}).get("enum", [])
+                        sub = {**sub, "enum": names + sub.get("enum", [])}
+                    elif prop in props and props[prop] != sub:
+                        sub = _merge_scalar(props[prop], sub, prop)
+                    props[prop] = sub
+            out = {"type": "object", "properties": props}
+            if "name" in props:
+                out["required"] = ["name"]
+        else:
+            # mixed scalars (an env kwarg may be a bool, a number or a string)
+            out = {"x-kubernetes-preserve-unknown-fields": True}
+    if nullable:
+        out["nullable"] = True
+    if "description" in schema:
+        out["description"] = schema["description"]
+    return out
+
+
+def _merge_scalar(a: dict[str, Any], b: dict[str, Any], prop: str) -> dict[str, Any]:
+    """The same key in two algorithms: same type required; bounds and text of the first."""
+    strip = ("description", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "enum")
+    core_a = {k: v for k, v in a.items() if k not in strip}
+    core_b = {k: v for k, v in b.items() if k not in strip}
+    if core_a != core_b:
+        raise ValueError(f"algorithms disagree on the type of {prop!r}: {a} vs {b}")
+    merged = dict(core_a)
+    if "description" in a:
+        merged["description"] = a["description"]
+    if a.get("enum") and b.get("enum"):
+        merged["enum"] = sorted(set(a["enum"]) | set(b["enum"]))
+    return merged
+
+
+def _json_type(value: Any) -> str:
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int):
+        return "integer"
+    if isinstance(value, float):
+        return "number"
+    return "string"
+
+
+def _clean(node: Any) -> Any:
+    if isinstance(node, dict):
+        return {k: _clean(v) for k, v in node.items() if k not in _DROP}
+    if isinstance(node, list):
+        return [_clean(v) for v in node]
+    return node
+
+
+def spec_schema() -> dict[str, Any]:
+    """The structural schema of `.spec`."""
+    raw = ExperimentSpec.model_json_schema(by_alias=True, mode="validation")
+    defs = raw.pop("$defs", {})
+    out = _clean(structural(raw, _cleaned_defs(defs), "ExperimentSpec"))
+    out["properties"]["agents"]["x-kubernetes-validations"] = [AGENTS_RULE]
+    return out
+
+
+def _cleaned_defs(defs: dict[str, Any]) -> dict[str, Any]:
+    return {name: dict(d) for name, d in defs.items()}
+
+
+def status_schema() -> dict[str, Any]:
+    """The structural schema of `.status` (written by the operator)."""
+    raw = ExperimentStatus.model_json_schema(by_alias=True, mode="serialization")
+    defs = raw.pop("$defs", {})
+    return _clean(structural(raw, defs, "ExperimentStatus"))
+
+
+def experiment_crd() -> dict[str, Any]:
+    """The whole CustomResourceDefinition."""
+    schema = {
+        "type": "object",
+        "description": "A distributed reinforcement-learning experiment run by surreal-kube.",
+        "properties": {
+            "apiVersion": {"type": "string"},
+            "kind": {"type": "string"},
+            "metadata": {"type": "object"},
+            "spec": {
+                **spec_schema(),
+                "description": "Everything a researcher decides about one experiment.",
+            },
+            "status": status_schema(),
+        },
+        "required": ["spec"],
+    }
+    return {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {
+            "name": CRD_NAME,
+            "labels": {
+                "app.kubernetes.io/name": "surreal-kube",
+                "app.kubernetes.io/part-of": "surreal-kube",
+            },
+        },
+        "spec": {
+            "group": GROUP,
+            "scope": "Namespaced",
+            "names": {
+                "kind": KIND,
+                "listKind": f"{KIND}List",
+                "plural": PLURAL,
+                "singular": SINGULAR,
+                "shortNames": SHORT_NAMES,
+                "categories": CATEGORIES,
+            },
+            "versions": [
+                {
+                    "name": VERSION,
+                    "served": True,
+                    "storage": True,
+                    "schema": {"openAPIV3Schema": schema},
+                    "subresources": {"status": {}, "scale": dict(SCALE)},
+                    "additionalPrinterColumns": PRINTER_COLUMNS,
+                }
+            ],
+        },
+    }
+
+
+HEADER = (
+    "# Generated by `python -m surreal_kube.launch.kube.crd` from the experiment spec\n"
+    "# (surreal_kube/experiment/spec.py);\n"
+    "# do not edit by hand (tests/operator/test_crd.py checks that it is current).\n"
+)
+
+
+def crd_yaml() -> str:
+    """The CRD as the YAML file checked into operators/ and the Helm chart."""
+    return HEADER + yaml.safe_dump(experiment_crd(), sort_keys=False, width=100)
+
+
+if __name__ == "__main__":
+    sys.stdout.write(crd_yaml())
