@@ -1,0 +1,188 @@
+"""Applying a rendered experiment: server-side apply in order, pruning, and all-or-nothing create.
+
+Shared by the CLI (which applies the rendered objects itself when no operator runs) and the
+operator (which applies them for an `Experiment` object), so both produce the same objects.
+
+- `apply_objects`: server-side apply of each object, in the renderer's order (the root first).
+- `create_objects`: a fresh create. The root (the spec's ConfigMap) goes first; its uid becomes
+  every other object's owner; if anything fails part-way, everything applied so far is deleted
+  again (the root last, and its deletion would garbage-collect stragglers anyway), so a refused
+  create leaves nothing behind.
+- `prune`: delete objects of the experiment that the current rendering no longer has (e.g. the
+  evals StatefulSet after `evals.count` went to 0). Claims (the experiment's data) are never pruned.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+from surreal_kube.launch.kube import naming
+from surreal_kube.launch.kube.client import (
+    KubeError,
+    NotFoundError,
+    Resource,
+    describe,
+    resource,
+)
+from surreal_kube.launch.kube.ownership import root_of, set_owner
+
+log = logging.getLogger(__name__)
+
+PRUNABLE: tuple[Resource, ...] = (
+    resource("apps/v1", "StatefulSet"),
+    resource("apps/v1", "Deployment"),
+    resource("v1", "Service"),
+    resource("v1", "ConfigMap"),
+)
+"""Kinds an experiment renders that may disappear when its spec changes."""
+
+CLEANUP: tuple[Resource, ...] = (
+    *PRUNABLE,
+    resource("v1", "PersistentVolumeClaim"),
+    resource("v1", "Pod"),
+)
+"""Kinds `delete` waits for (pods last: their workloads go first)."""
+
+Progress = Callable[[str], None]
+
+
+def key(obj: Mapping[str, Any]) -> tuple[str, str, str]:
+    """(apiVersion, kind, name): an object's identity within one namespace."""
+    return (obj["apiVersion"], obj["kind"], obj["metadata"]["name"])
+
+
+def apply_objects(
+    kube: Any,
+    objects: Iterable[Mapping[str, Any]],
+    namespace: str,
+    *,
+    dry_run: bool = False,
+    progress: Progress | None = None,
+) -> list[dict[str, Any]]:
+    """Server-side apply each object in order; the objects as stored (or as they would be)."""
+    out = []
+    for obj in objects:
+        out.append(kube.apply(obj, namespace, dry_run=dry_run))
+        if progress:
+            progress(f"applied {describe(obj)}")
+    return out
+
+
+def create_objects(
+    kube: Any,
+    objects: list[Mapping[str, Any]],
+    namespace: str,
+    *,
+    dry_run: bool = False,
+    progress: Progress | None = None,
+) -> list[dict[str, Any]]:
+    """Create a rendered experiment whose root is its first object; all or nothing.
+
+    The objects must have been rendered without an owner: the root's uid only exists once the
+    server stored it. On any failure everything applied so far is deleted before the error is
+    re-raised.
+    """
+    if not objects:
+        return []
+    applied: list[Mapping[str, Any]] = []
+    try:
+        root = kube.apply(objects[0], namespace, dry_run=dry_run)
+        applied.append(objects[0])
+        if progress:
+            progress(f"applied {describe(objects[0])}")
+        uid = (root.get("metadata") or {}).get("uid") or ("dry-run" if dry_run else None)
+        owner = {**root_of(list(objects)), "uid": uid}
+        rest = set_owner(objects[1:], owner)
+        out = [root]
+        for obj in rest:
+            out.append(kube.apply(obj, namespace, dry_run=dry_run))
+            applied.append(obj)
+            if progress:
+                progress(f"applied {describe(obj)}")
+        return out
+    except BaseException as exc:
+        if not dry_run and applied:
+            failed = describe(objects[len(applied)]) if len(applied) < len(objects) else "?"
+            log.warning(
+                "create failed at %s; deleting the %d objects applied", failed, len(applied)
+            )
+            rollback(kube, applied, namespace, progress=progress)
+        if isinstance(exc, KubeError) and len(applied) < len(objects):
+            raise type(exc)(
+                f"{exc} (nothing was left behind: the {len(applied)} objects created before "
+                f"{describe(objects[len(applied)])} were deleted again)",
+                exc.status,
+                exc.reason,
+            ) from exc
+        raise
+
+
+def rollback(
+    kube: Any,
+    applied: list[Mapping[str, Any]],
+    namespace: str,
+    *,
+    progress: Progress | None = None,
+) -> None:
+    """Delete `applied` objects in reverse order, ignoring those already gone."""
+    for obj in reversed(applied):
+        res = kube.resource_for(obj["apiVersion"], obj["kind"])
+        try:
+            kube.delete(res, obj["metadata"]["name"], namespace, propagation="Foreground")
+        except KubeError as e:  # keep going: delete as much as we can
+            log.warning("rollback: could not delete %s: %s", describe(obj), e)
+        else:
+            if progress:
+                progress(f"deleted {describe(obj)}")
+
+
+def prune(
+    kube: Any,
+    experiment: str,
+    desired: Iterable[Mapping[str, Any]],
+    namespace: str,
+    *,
+    dry_run: bool = False,
+    progress: Progress | None = None,
+) -> list[str]:
+    """Delete the experiment's objects that `desired` no longer has; what was deleted."""
+    wanted = {key(o) for o in desired}
+    gone = []
+    for res in PRUNABLE:
+        for obj in kube.list(res, namespace, labels=naming.experiment_selector(experiment)):
+            if key(obj) in wanted or obj["metadata"].get("deletionTimestamp"):
+                continue
+            with contextlib.suppress(NotFoundError):
+                kube.delete(res, obj["metadata"]["name"], namespace, dry_run=dry_run)
+            gone.append(describe(obj))
+            if progress:
+                progress(f"pruned {describe(obj)}")
+    return gone
+
+
+def missing(
+    kube: Any, desired: Iterable[Mapping[str, Any]], namespace: str
+) -> list[Mapping[str, Any]]:
+    """Desired objects that are not on the server (someone deleted them), in order."""
+    have: dict[Resource, set[str]] = {}
+    out = []
+    for obj in desired:
+        res = kube.resource_for(obj["apiVersion"], obj["kind"])
+        if res not in have:
+            labels = obj["metadata"].get("labels") or {}
+            selector = (
+                naming.experiment_selector(labels[naming.EXPERIMENT_LABEL])
+                if naming.EXPERIMENT_LABEL in labels
+                else None
+            )
+            have[res] = {
+                o["metadata"]["name"]
+                for o in kube.list(res, namespace, labels=selector)
+                if not o["metadata"].get("deletionTimestamp")
+            }
+        if obj["metadata"]["name"] not in have[res]:
+            out.append(obj)
+    return out

@@ -1,0 +1,618 @@
+"""The Kubernetes backend by experiment name: create, find, list, status, scale and delete.
+
+Two ways to run an experiment, with the same objects in the end:
+
+- through the operator: when the `Experiment` CRD is installed, `create` writes one `Experiment`
+  object (the fully resolved spec, images pinned to exact references) and the operator renders and
+  applies everything, owned by that object;
+- directly: otherwise (or with `direct=True`) the CLI renders and applies the objects itself, the
+  spec's ConfigMap first as the root that owns the rest.
+
+Either way one delete of the root removes everything through ownership, and the spec the roles
+read (the ConfigMap) is identical, so `status`, `logs`, `tb`, `scale` and `delete` work the same.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import logging
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from surreal_kube.errors import LaunchError, SpecError
+from surreal_kube.experiment.resolve import (
+    deep_merge,
+    default_document,
+    experiment_topology,
+    load_yaml_text,
+    to_document,
+    validate_document,
+)
+from surreal_kube.experiment.spec import Experiment
+from surreal_kube.launch.kube import apply, naming
+from surreal_kube.launch.kube.client import (
+    EXPERIMENT,
+    NODE,
+    POD,
+    ForbiddenError,
+    Kube,
+    KubeError,
+    resource,
+)
+from surreal_kube.launch.kube.profile import ClusterProfile
+from surreal_kube.launch.kube.status import ExperimentStatus, summarize
+
+log = logging.getLogger(__name__)
+
+CONFIG_MAP = resource("v1", "ConfigMap")
+STATEFULSET = resource("apps/v1", "StatefulSet")
+OPERATOR_ACK_SECONDS = 30.0
+"""How long `create` waits for an operator to pick up a new `Experiment` object."""
+Progress = Callable[[str], None]
+
+
+# --------------------------------------------------------------------------- connection
+
+
+@dataclass(frozen=True)
+class Target:
+    """Which cluster and namespace, as kubectl users say it."""
+
+    kubeconfig: Path | None = None
+    context: str | None = None
+    namespace: str | None = None
+
+    def connect(self) -> Kube:
+        return Kube(kubeconfig=self.kubeconfig, context=self.context, namespace=self.namespace)
+
+
+# --------------------------------------------------------------------------- the spec
+
+
+def resolve_object(obj: Mapping[str, Any]) -> Experiment:
+    """The experiment an `Experiment` object describes: its algorithm's defaults, then its spec.
+
+    The same layering as the CLI's resolver, so a partial spec (from Helm values or kubectl)
+    means exactly what it would mean on the command line.
+    """
+    meta = obj.get("metadata") or {}
+    spec = obj.get("spec") or {}
+    if not isinstance(spec, Mapping):
+        raise SpecError("spec: must be a mapping")
+    algo = spec.get("algorithm") if isinstance(spec.get("algorithm"), Mapping) else {}
+    algorithm = str((algo or {}).get("name") or "ppo")
+    if algorithm not in ("ppo", "ddpg"):
+        raise SpecError(f"spec.algorithm.name: unknown algorithm {algorithm!r}; valid: ppo, ddpg")
+    doc = default_document(str(meta.get("name")), algorithm)
+    deep_merge(doc, {"spec": dict(spec)})
+    doc["metadata"] = {"name": meta.get("name")}
+    labels = {
+        k: v
+        for k, v in (meta.get("labels") or {}).items()
+        if not k.startswith(("app.kubernetes.io/", "helm.sh/", "surreal.ai/"))
+    }
+    if labels:
+        doc["metadata"]["labels"] = labels
+    return validate_document(doc)
+
+
+def experiment_object(exp: Experiment, namespace: str) -> dict[str, Any]:
+    """The `Experiment` custom resource for a resolved experiment."""
+    doc = to_document(exp)
+    meta: dict[str, Any] = {"name": exp.metadata.name, "namespace": namespace}
+    if exp.metadata.labels:
+        meta["labels"] = dict(exp.metadata.labels)
+    return {
+        "apiVersion": doc["apiVersion"],
+        "kind": doc["kind"],
+        "metadata": meta,
+        "spec": doc["spec"],
+    }
+
+
+def pin_images(exp: Experiment, refs: Mapping[str, str]) -> Experiment:
+    """The experiment with `spec.images[key]` replaced by the exact references it runs.
+
+    Both paths render from the pinned spec, so the spec's ConfigMap is the same whether the CLI
+    or the operator applies it, and the operator never needs the build context.
+    """
+    if not refs:
+        return exp
+    doc = to_document(exp)
+    for key, ref in refs.items():
+        doc["spec"]["images"][key] = {"image": ref, "build": None}
+    return validate_document(doc)
+
+
+def used_image_refs(exp: Experiment) -> dict[str, str] | None:
+    """key -> reference when every image the experiment runs is prebuilt (pinned), else None."""
+    from surreal_kube.launch.kube.render import used_image_keys
+
+    refs = {}
+    for key in used_image_keys(exp):
+        spec = exp.spec.images.get(key)
+        if spec is None or spec.image is None:
+            return None
+        refs[key] = spec.image
+    return refs
+
+
+# --------------------------------------------------------------------------- placement
+
+
+def effective_profile(
+    kube: Kube | None, base: ClusterProfile | None, *, check_fit: bool, read_nodes: bool = True
+) -> ClusterProfile | None:
+    """The profile to render with: the base's pools, else the live cluster's (when allowed).
+
+    With check_fit False, the pools keep their names, labels and taints (so GPU pods still go to
+    GPU pools) but their capacity is made unlimited: placement is left to the scheduler, whose
+    reason then shows in `status`.
+    """
+    from surreal_kube.launch.kube.profile import discover_profile
+
+    profile = base
+    if (profile is None or not profile.pools) and kube is not None and read_nodes:
+        try:
+            profile = discover_profile(kube.api, base=profile)
+        except LaunchError as exc:
+            if check_fit:
+                raise LaunchError(
+                    f"{exc}; pass --profile FILE listing the node pools, or --skip-preflight"
+                ) from exc
+            log.info("no node pools (%s); placement left to the scheduler", exc)
+    if profile is None or not profile.pools:
+        return profile if profile is not None and profile.pools else _no_pools(profile)
+    if check_fit:
+        return profile
+    big = [
+        p.model_copy(
+            update={
+                "count": max(p.count, 100_000),
+                "cpu": "1000000",
+                "memory": "1000000Ti",
+                "pods": 1_000_000,
+                "gpus": 1_000 if p.gpus else 0,
+            }
+        )
+        for p in profile.pools
+    ]
+    return profile.model_copy(update={"pools": big})
+
+
+def _no_pools(profile: ClusterProfile | None) -> ClusterProfile | None:
+    if profile is None:
+        return None
+    raise LaunchError("the cluster has no schedulable nodes and the profile lists no node pools")
+
+
+# --------------------------------------------------------------------------- create
+
+
+@dataclass
+class Plan:
+    """What `create` will apply."""
+
+    exp: Experiment
+    """The resolved experiment, images pinned."""
+    namespace: str
+    objects: list[dict[str, Any]]
+    """The rendered objects (no owner yet: the root is created first)."""
+    via_operator: bool
+
+
+def plan_create(
+    kube: Kube,
+    exp: Experiment,
+    *,
+    profile: ClusterProfile | None = None,
+    preflight: bool = True,
+    images: Mapping[str, str] | None = None,
+    direct: bool = False,
+) -> Plan:
+    """Pre-flight and render: SpecError / LaunchError before anything is created.
+
+    images: key -> exact reference (from the image planner); None: the spec's own prebuilt
+    references, or the content-hash tags of its builds.
+    """
+    from surreal_kube.launch.kube.render import render_experiment, used_image_keys
+
+    namespace = kube.namespace
+    if images is None:
+        from surreal_kube.launch.kube.images import planned_references
+
+        registry = profile.registry if profile else None
+        images = planned_references(exp, keys=used_image_keys(exp), registry=registry)
+    exp = pin_images(exp, images)
+    prof = effective_profile(kube, profile, check_fit=preflight)
+    objects = render_experiment(exp, namespace, images=images, profile=prof)
+    via_operator = not direct and kube.has_experiment_crd()
+    return Plan(exp, namespace, objects, via_operator)
+
+
+def ensure_absent(kube: Kube, name: str, namespace: str) -> None:
+    """Refuse to create over an existing experiment of the same name."""
+    found = find_or_none(kube, name, namespace)
+    if found is not None:
+        raise LaunchError(
+            f"experiment {name!r} already exists in namespace {namespace!r} "
+            f"({'an Experiment object' if found.via_operator else 'applied directly'}); "
+            f"delete it first (surreal-kube delete {name} --wait) or scale it"
+        )
+
+
+def create(
+    kube: Kube,
+    plan: Plan,
+    *,
+    dry_run: str | None = None,
+    progress: Progress | None = None,
+) -> list[dict[str, Any]]:
+    """Create the experiment (server-side apply); all or nothing. Returns what was applied.
+
+    dry_run: None, "server" (the API server validates and admits everything, stores nothing).
+    """
+    name = plan.exp.metadata.name
+    server_dry = dry_run == "server"
+    if not server_dry:
+        ensure_absent(kube, name, plan.namespace)
+    if plan.via_operator:
+        obj = experiment_object(plan.exp, plan.namespace)
+        stored = kube.apply(obj, plan.namespace, dry_run=server_dry)
+        if progress:
+            progress(f"applied Experiment/{name}: the operator creates the rest")
+        return [stored]
+    return apply.create_objects(
+        kube, plan.objects, plan.namespace, dry_run=server_dry, progress=progress
+    )
+
+
+# --------------------------------------------------------------------------- finding
+
+
+@dataclass
+class Found:
+    """An experiment on the cluster, by name."""
+
+    name: str
+    namespace: str
+    exp: Experiment
+    root: dict[str, Any]
+    """The `Experiment` object, or the spec's ConfigMap for a direct one."""
+    via_operator: bool
+
+    @property
+    def created(self) -> str | None:
+        return (self.root.get("metadata") or {}).get("creationTimestamp")
+
+    @property
+    def reported(self) -> dict[str, Any]:
+        """The status the operator wrote (empty for a direct experiment)."""
+        return dict(self.root.get("status") or {}) if self.via_operator else {}
+
+
+def _config_exp(cm: Mapping[str, Any]) -> Experiment:
+    from surreal_kube.launch.kube.render import CONFIG_KEY
+
+    text = (cm.get("data") or {}).get(CONFIG_KEY)
+    if text is None:
+        raise LaunchError(f"ConfigMap {cm['metadata']['name']} has no {CONFIG_KEY}")
+    return validate_document(load_yaml_text(text, f"ConfigMap {cm['metadata']['name']}"))
+
+
+def find_or_none(kube: Kube, name: str, namespace: str | None = None) -> Found | None:
+    """The experiment `name` in the namespace, through its Experiment object or its ConfigMap."""
+    ns = namespace or kube.namespace
+    if kube.has_experiment_crd():
+        cr = kube.get_or_none(EXPERIMENT, name, ns)
+        if cr is not None:
+            try:
+                exp = resolve_object(cr)
+            except SpecError:
+                exp = None
+            if exp is not None:
+                return Found(name, ns, exp, cr, True)
+            cm = kube.get_or_none(CONFIG_MAP, naming.config_name(name), ns)
+            return Found(name, ns, _config_exp(cm) if cm else _stub(name), cr, True)
+    cm = kube.get_or_none(CONFIG_MAP, naming.config_name(name), ns)
+    if cm is None or (cm["metadata"].get("labels") or {}).get(naming.EXPERIMENT_LABEL) != name:
+        return None
+    return Found(name, ns, _config_exp(cm), cm, False)
+
+
+def _stub(name: str) -> Experiment:
+    return validate_document(default_document(name))
+
+
+def find(kube: Kube, name: str, namespace: str | None = None) -> Found:
+    """Like find_or_none, but LaunchError naming the namespace and context when it is missing."""
+    found = find_or_none(kube, name, namespace)
+    if found is None:
+        ns = namespace or kube.namespace
+        raise LaunchError(
+            f"no experiment named {name!r} in namespace {ns!r} (context {kube.context}); "
+            "see `surreal-kube list`"
+        )
+    return found
+
+
+def list_found(
+    kube: Kube, namespace: str | None = None, *, all_namespaces: bool = False
+) -> list[Found]:
+    """Every experiment in the namespace (or all namespaces), by name."""
+    ns = None if all_namespaces else (namespace or kube.namespace)
+    out: dict[tuple[str, str], Found] = {}
+    if kube.has_experiment_crd():
+        for cr in kube.list(EXPERIMENT, ns, all_namespaces=all_namespaces):
+            meta = cr["metadata"]
+            try:
+                exp = resolve_object(cr)
+            except SpecError:
+                exp = _stub(meta["name"])
+            out[(meta["namespace"], meta["name"])] = Found(
+                meta["name"], meta["namespace"], exp, cr, True
+            )
+    selector = f"{naming.GROUP_LABEL}=experiment,app.kubernetes.io/managed-by={naming.NAME}"
+    for cm in kube.list(CONFIG_MAP, ns, labels=selector, all_namespaces=all_namespaces):
+        meta = cm["metadata"]
+        name = (meta.get("labels") or {}).get(naming.EXPERIMENT_LABEL)
+        if not name or (meta["namespace"], name) in out:
+            continue
+        if meta["name"] != naming.config_name(name):
+            continue
+        with contextlib.suppress(SpecError, LaunchError):
+            out[(meta["namespace"], name)] = Found(
+                name, meta["namespace"], _config_exp(cm), cm, False
+            )
+    return [out[k] for k in sorted(out)]
+
+
+# --------------------------------------------------------------------------- status
+
+
+def desired_groups(exp: Experiment) -> dict[str, int]:
+    """group -> pods wanted."""
+    return {g.name: g.replicas for g in experiment_topology(exp).groups}
+
+
+def requested_gpus(exp: Experiment) -> int:
+    topo = experiment_topology(exp)
+    return sum(g.replicas * exp.spec.component_resources(g.component).gpu for g in topo.groups)
+
+
+def agent_selector(name: str) -> str:
+    from surreal_kube.launch.kube.client import selector
+
+    return selector(naming.selector_labels(name, "agents"))
+
+
+def observe(
+    kube: Kube,
+    exp: Experiment,
+    namespace: str,
+    *,
+    replacements: Mapping[str, Any] | None = None,
+    capacity: str = "free",
+) -> ExperimentStatus:
+    """The experiment's status computed from its pods now.
+
+    capacity: "free" reads every node and every pod bound to them, so that pending reasons name
+    the free space ("the largest free slot on gpu-pool has 1"); "nodes" reads nodes only (their
+    whole capacity); "none" reads neither (the scheduler's own words). Falls back quietly when
+    the credentials may not read them.
+    """
+    name = exp.metadata.name
+    pods = kube.list(POD, namespace, labels=naming.experiment_selector(name))
+    nodes = all_pods = None
+    if capacity in ("free", "nodes") and any(
+        (p.get("status") or {}).get("phase") == "Pending" for p in pods
+    ):
+        try:
+            nodes = kube.list(NODE)
+            if capacity == "free":
+                all_pods = kube.list(
+                    POD, all_namespaces=True, fields="status.phase!=Succeeded,status.phase!=Failed"
+                )
+        except ForbiddenError:
+            pass
+    return summarize(
+        experiment=name,
+        desired=desired_groups(exp),
+        pods=pods,
+        agents_per_pod=exp.spec.agents.batch,
+        gpus=requested_gpus(exp),
+        agent_selector=agent_selector(name),
+        nodes=nodes,
+        all_pods=all_pods,
+        replacements=replacements,
+    )
+
+
+def status_of(kube: Kube, found: Found, *, capacity: str = "free") -> ExperimentStatus:
+    """Status from the pods, with what only the operator knows (replacements, Failed) merged."""
+    reported = found.reported
+    status = observe(
+        kube,
+        found.exp,
+        found.namespace,
+        replacements=reported.get("replacements"),
+        capacity=capacity,
+    )
+    if reported:
+        if reported.get("phase") == "Failed":
+            status.phase = "Failed"
+            status.reason = reported.get("reason")
+        status.conditions = ExperimentStatus.model_validate(reported).conditions
+        if status.learner_iteration is None:
+            status.learner_iteration = reported.get("learnerIteration")
+        if status.eval_return is None:
+            status.eval_return = reported.get("evalReturn")
+    return status
+
+
+def age(timestamp: str | None) -> str:
+    """kubectl-style age: 5s, 3m, 2h, 4d."""
+    if not timestamp:
+        return "-"
+    then = dt.datetime.fromisoformat(timestamp.replace("Z", "+00:00"))
+    s = int((dt.datetime.now(dt.UTC) - then).total_seconds())
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if s >= size:
+            return f"{s // size}{unit}"
+    return f"{max(s, 0)}s"
+
+
+# --------------------------------------------------------------------------- waiting
+
+
+def wait_running(
+    kube: Kube,
+    found_or_plan: Found | Plan,
+    *,
+    timeout: float = 600.0,
+    poll: float = 1.0,
+    tick: Callable[[ExperimentStatus], None] | None = None,
+) -> ExperimentStatus:
+    """Poll until every pod is Running (returns the status) or the experiment Failed (raises).
+
+    Through the operator, a spec the operator refuses (its condition Applied=False) or an
+    operator that never picks the object up fails fast instead of waiting for the timeout.
+    """
+    exp, namespace = found_or_plan.exp, found_or_plan.namespace
+    via_operator = found_or_plan.via_operator
+    name = exp.metadata.name
+    start = time.monotonic()
+    while True:
+        reported: dict[str, Any] = {}
+        if via_operator:
+            cr = kube.get_or_none(EXPERIMENT, name, namespace)
+            if cr is None:
+                raise LaunchError(f"Experiment {name} disappeared while starting")
+            reported = dict(cr.get("status") or {})
+            for cond in reported.get("conditions") or []:
+                if cond.get("type") == "Applied" and cond.get("status") == "False":
+                    why = cond.get("message") or cond.get("reason")
+                    raise LaunchError(f"the operator cannot apply {name}: {why}")
+            if reported.get("phase") == "Failed":
+                raise LaunchError(f"{name} failed: {reported.get('reason')}")
+            if not reported and time.monotonic() - start > OPERATOR_ACK_SECONDS:
+                raise LaunchError(
+                    f"the Experiment CRD is installed but no operator picked up {name} within "
+                    f"{OPERATOR_ACK_SECONDS:.0f}s: is the surreal-kube operator running and "
+                    f"watching namespace {namespace!r}? (use --direct to apply the objects "
+                    "without an operator)"
+                )
+        status = observe(
+            kube, exp, namespace, replacements=reported.get("replacements"), capacity="nodes"
+        )
+        if tick:
+            tick(status)
+        if status.phase == "Running":
+            return status
+        if time.monotonic() - start > timeout:
+            raise LaunchError(
+                f"{name} is not running after {timeout:.0f}s: {status.reason}; it was left as "
+                f"it is: see `surreal-kube status {name}`, or delete it"
+            )
+        time.sleep(poll)
+
+
+# --------------------------------------------------------------------------- scale
+
+
+def scale(
+    kube: Kube,
+    found: Found,
+    agents: int,
+    *,
+    profile: ClusterProfile | None = None,
+    progress: Progress | None = None,
+) -> Experiment:
+    """Change the number of agents; the learner's pod is not touched. Returns the new spec."""
+    batch = found.exp.spec.agents.batch
+    if agents < 1 or agents % batch:
+        raise SpecError(
+            f"--agents: must be a positive multiple of agents.batch ({batch}), got {agents}"
+        )
+    doc = to_document(found.exp)
+    doc["spec"]["agents"]["count"] = agents
+    new = validate_document(doc)
+    if found.via_operator:
+        kube.patch(
+            EXPERIMENT, found.name, {"spec": {"replicas": agents}}, found.namespace, sub="scale"
+        )
+        if progress:
+            progress(f"Experiment/{found.name}: agents.count={agents}; the operator applies it")
+        return new
+    reapply(kube, new, found.namespace, profile=profile, progress=progress)
+    return new
+
+
+def reapply(
+    kube: Kube,
+    exp: Experiment,
+    namespace: str,
+    *,
+    profile: ClusterProfile | None = None,
+    progress: Progress | None = None,
+) -> None:
+    """Render a changed spec of a direct experiment and apply the difference (and prune)."""
+    from surreal_kube.launch.kube.ownership import root_of, set_owner
+    from surreal_kube.launch.kube.render import render_experiment
+
+    refs = used_image_refs(exp) or {}
+    prof = effective_profile(kube, profile, check_fit=True)
+    objects = render_experiment(exp, namespace, images=refs or None, profile=prof)
+    root = kube.apply(objects[0], namespace)
+    owned = set_owner(objects[1:], {**root_of(objects), "uid": root["metadata"]["uid"]})
+    apply.apply_objects(kube, owned, namespace, progress=progress)
+    apply.prune(kube, exp.metadata.name, objects, namespace, progress=progress)
+
+
+# --------------------------------------------------------------------------- delete
+
+
+def delete(
+    kube: Kube,
+    found: Found,
+    *,
+    wait: bool = False,
+    timeout: float = 180.0,
+    progress: Progress | None = None,
+) -> list[str]:
+    """Delete the root; ownership removes the rest. With wait, until nothing is left.
+
+    Returns the objects still there when waiting timed out (empty when all are gone).
+    """
+    name, ns = found.name, found.namespace
+    if found.via_operator:
+        kube.delete(EXPERIMENT, name, ns, propagation="Background")
+    # a direct experiment's root, and stragglers whose owner is already gone
+    kube.delete(CONFIG_MAP, naming.config_name(name), ns, propagation="Background")
+    if progress:
+        progress(f"deleted {'Experiment' if found.via_operator else 'ConfigMap'} {name}")
+    if not wait:
+        return []
+    from surreal_kube.launch.kube.ownership import is_retained
+
+    deadline = time.monotonic() + timeout
+    selector = naming.experiment_selector(name)
+    while True:
+        left = [
+            f"{o['kind']}/{o['metadata']['name']}"
+            for res in apply.CLEANUP
+            for o in kube.list(res, ns, labels=selector)
+            if not is_retained(o)
+        ]
+        if not left or time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
+    if found.via_operator:
+        with contextlib.suppress(KubeError):
+            while kube.get_or_none(EXPERIMENT, name, ns) and time.monotonic() < deadline:
+                time.sleep(0.3)
+    return left
