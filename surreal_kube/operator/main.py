@@ -1,0 +1,107 @@
+"""`python -m surreal_kube.operator`: run the operator against a cluster.
+
+    python -m surreal_kube.operator --namespace team-a --namespace team-b
+    python -m surreal_kube.operator --all-namespaces --kubeconfig ~/.kube/config --context gke
+
+In a pod (the Helm chart's Deployment) it uses its ServiceAccount; elsewhere the kubeconfig, as
+the CLI does. It runs standalone (one operator per set of namespaces, no peering objects).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+from collections.abc import Sequence
+
+
+def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(
+        prog="python -m surreal_kube.operator",
+        description="Reconcile surreal.ai Experiment objects into running experiments.",
+    )
+    where = p.add_mutually_exclusive_group()
+    where.add_argument(
+        "--namespace",
+        "-n",
+        action="append",
+        default=[],
+        help="namespace to watch (repeatable); default: the current context's namespace",
+    )
+    where.add_argument("--all-namespaces", "-A", action="store_true", help="watch every namespace")
+    p.add_argument("--kubeconfig", help="kubeconfig file (default: $KUBECONFIG, ~/.kube/config)")
+    p.add_argument("--context", help="kubeconfig context (default: the current one)")
+    p.add_argument(
+        "--learner-max-restarts",
+        type=int,
+        default=5,
+        help="learner restarts after which an experiment is marked Failed (default 5)",
+    )
+    p.add_argument(
+        "--resync",
+        type=float,
+        default=10.0,
+        help="seconds between periodic status refreshes and recreation checks (default 10)",
+    )
+    p.add_argument("--profile", help="cluster profile YAML (node pools, experiment volume)")
+    p.add_argument(
+        "--no-read-nodes",
+        action="store_true",
+        help="do not read nodes (no placement pre-flight; pools only from --profile)",
+    )
+    p.add_argument("--liveness", help="serve a liveness probe, e.g. http://0.0.0.0:8080/healthz")
+    p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    return p.parse_args(argv)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse(argv)
+    logging.basicConfig(
+        level=args.log_level.upper(),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    if args.log_level != "debug":  # kopf logs every handler run at INFO
+        logging.getLogger("kopf.objects").setLevel(logging.WARNING)
+    import kopf
+
+    from surreal_kube.errors import SurrealKubeError
+    from surreal_kube.launch.kube.client import Kube
+    from surreal_kube.launch.kube.profile import load_profile
+    from surreal_kube.operator import handlers, reconcile
+
+    try:
+        kube = Kube(
+            kubeconfig=args.kubeconfig,
+            context=args.context,
+            field_manager=reconcile.FIELD_MANAGER,
+        )
+        config = reconcile.Config(
+            learner_max_restarts=args.learner_max_restarts,
+            resync_seconds=args.resync,
+            profile=load_profile(args.profile) if args.profile else None,
+            read_nodes=not args.no_read_nodes,
+        )
+    except SurrealKubeError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    namespaces = [] if args.all_namespaces else (args.namespace or [kube.namespace])
+    registry = handlers.register(kopf.OperatorRegistry(), config)
+    memo = kopf.Memo(kube=kube, config=config, refresher=reconcile.Refresher(kube, config))
+    logging.getLogger("surreal_kube.operator").info(
+        "watching %s (context %s, server %s)",
+        "all namespaces" if args.all_namespaces else ", ".join(namespaces),
+        kube.context,
+        kube.server,
+    )
+    os.environ.setdefault("PYTHONUNBUFFERED", "1")
+    kopf.run(
+        registry=registry,
+        memo=memo,
+        standalone=True,
+        clusterwide=args.all_namespaces,
+        namespaces=namespaces,
+        liveness_endpoint=args.liveness,
+    )
+    return 0

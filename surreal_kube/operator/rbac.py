@@ -1,0 +1,52 @@
+"""The least privilege the operator needs, in one place.
+
+The Helm chart's ClusterRole (charts/surreal-kube/templates/clusterrole.yaml) grants exactly these
+rules, bound by a RoleBinding in each watched namespace only; tests/charts checks that they agree
+and that every kind the renderer produces is covered. Node reading is separate and optional.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+MANAGE = ["get", "list", "watch", "create", "patch", "update", "delete"]
+
+RULES: list[dict[str, Any]] = [
+    # its own objects: watch them, store kopf's progress annotations, write their status
+    {
+        "apiGroups": ["surreal.ai"],
+        "resources": ["experiments"],
+        "verbs": ["get", "list", "watch", "patch", "update"],
+    },
+    {
+        "apiGroups": ["surreal.ai"],
+        "resources": ["experiments/status"],
+        "verbs": ["get", "patch", "update"],
+    },
+    # ownerReferences with blockOwnerDeletion (OwnerReferencesPermissionEnforcement)
+    {"apiGroups": ["surreal.ai"], "resources": ["experiments/finalizers"], "verbs": ["update"]},
+    # pods are created by the workloads; the operator only reads them for the status
+    {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]},
+    # what the renderer produces
+    {
+        "apiGroups": [""],
+        "resources": ["configmaps", "services", "persistentvolumeclaims"],
+        "verbs": MANAGE,
+    },
+    {"apiGroups": ["apps"], "resources": ["statefulsets", "deployments"], "verbs": MANAGE},
+    # kopf reports handler outcomes as Events on the Experiment
+    {"apiGroups": [""], "resources": ["events"], "verbs": ["create", "patch"]},
+]
+
+NODE_RULES: list[dict[str, Any]] = [
+    {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "watch"]},
+]
+"""Cluster-wide and read-only: placement pre-flight and plain-words pending reasons."""
+
+
+def allows(rules: list[dict[str, Any]], api_group: str, resource: str, verb: str) -> bool:
+    """True if `rules` grant `verb` on `resource` in `api_group`."""
+    return any(
+        api_group in r["apiGroups"] and resource in r["resources"] and verb in r["verbs"]
+        for r in rules
+    )

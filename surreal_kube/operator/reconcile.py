@@ -1,0 +1,381 @@
+"""What the operator does for one `Experiment`, independent of kopf.
+
+- `apply_experiment`: resolve the object's spec, render it with the CLI's renderer (owned by the
+  object), server-side apply everything and prune what the spec no longer has. Idempotent: an
+  operator killed half-way simply applies again on restart.
+- `ensure`: recreate the objects that disappeared (someone deleted a StatefulSet or a Service).
+- `refresh`: compute the status from the pods (the same `summarize` as `surreal-kube status`),
+  count failed-and-replaced pods, enforce the learner's restart budget, and write the status.
+  All status writes of one experiment go through here, under one lock, because they come both
+  from the experiment's own handlers and from its pods' events.
+
+Errors are ours (SpecError, KubeError ...); the handlers turn them into kopf's retry decisions.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import logging
+import threading
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from surreal_kube.errors import SpecError
+from surreal_kube.experiment.spec import Experiment
+from surreal_kube.launch.kube import apply, cluster, naming
+from surreal_kube.launch.kube.client import (
+    EXPERIMENT,
+    NODE,
+    POD,
+    ForbiddenError,
+    Kube,
+    NotFoundError,
+    resource,
+)
+from surreal_kube.launch.kube.profile import ClusterProfile
+from surreal_kube.launch.kube.status import (
+    Condition,
+    ExperimentStatus,
+    count_replacement,
+    failure_seen,
+    pending_reason,
+    process_key,
+    summarize,
+)
+
+log = logging.getLogger("surreal_kube.operator")
+
+FIELD_MANAGER = "surreal-kube-operator"
+WORKLOADS = (resource("apps/v1", "StatefulSet"), resource("apps/v1", "Deployment"))
+PROFILE_TTL = 60.0
+"""Seconds a discovered cluster profile (node pools) is reused."""
+
+
+@dataclass
+class Config:
+    """Settings of one operator run (command-line flags, Helm values)."""
+
+    learner_max_restarts: int = 5
+    resync_seconds: float = 10.0
+    profile: ClusterProfile | None = None
+    read_nodes: bool = True
+    refresh_delay: float = 0.5
+    """Pod events within this many seconds are folded into one status refresh."""
+
+
+@dataclass
+class _Cache:
+    profile: ClusterProfile | None = None
+    at: float = 0.0
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+
+_profile_cache = _Cache()
+_locks: dict[tuple[str, str], threading.Lock] = {}
+_locks_guard = threading.Lock()
+
+
+def lock_for(namespace: str, name: str) -> threading.Lock:
+    """The lock that serializes one experiment's status writes."""
+    with _locks_guard:
+        return _locks.setdefault((namespace, name), threading.Lock())
+
+
+def owner_of(obj: Mapping[str, Any]) -> dict[str, str]:
+    meta = obj["metadata"]
+    return {
+        "apiVersion": obj["apiVersion"],
+        "kind": obj["kind"],
+        "name": meta["name"],
+        "uid": meta["uid"],
+    }
+
+
+def profile(kube: Kube, config: Config) -> ClusterProfile | None:
+    """The profile to render with: the configured one, pools discovered (cached for a minute)."""
+    if not config.read_nodes or (config.profile is not None and config.profile.pools):
+        return cluster.effective_profile(None, config.profile, check_fit=True, read_nodes=False)
+    with _profile_cache.lock:
+        if _profile_cache.profile is None or time.monotonic() - _profile_cache.at > PROFILE_TTL:
+            _profile_cache.profile = cluster.effective_profile(kube, config.profile, check_fit=True)
+            _profile_cache.at = time.monotonic()
+        return _profile_cache.profile
+
+
+def desired(kube: Kube, obj: Mapping[str, Any], config: Config) -> tuple[Experiment, list[dict]]:
+    """The resolved experiment and every object it should have, owned by `obj`."""
+    from surreal_kube.launch.kube.render import render_experiment
+
+    exp = cluster.resolve_object(obj)
+    refs = cluster.used_image_refs(exp)
+    if refs is None:
+        raise SpecError(
+            "spec.images: the operator cannot build images; name prebuilt images "
+            "(spec.images.<key>.image) or create the experiment with `surreal-kube create`, "
+            "which builds them and pins their tags"
+        )
+    namespace = obj["metadata"]["namespace"]
+    objects = render_experiment(
+        exp, namespace, owner=owner_of(obj), images=refs, profile=profile(kube, config)
+    )
+    return exp, objects
+
+
+def apply_experiment(kube: Kube, obj: Mapping[str, Any], config: Config) -> list[str]:
+    """Apply everything the experiment should have and prune the rest; what was pruned."""
+    exp, objects = desired(kube, obj, config)
+    namespace = obj["metadata"]["namespace"]
+    apply.apply_objects(kube, objects, namespace)
+    pruned = apply.prune(kube, exp.metadata.name, objects, namespace)
+    set_conditions(
+        kube,
+        obj,
+        [condition("Applied", "True", "Applied", f"{len(objects)} objects applied")],
+        observed_generation=obj["metadata"].get("generation"),
+    )
+    return pruned
+
+
+def ensure(kube: Kube, obj: Mapping[str, Any], config: Config) -> list[str]:
+    """Recreate desired objects that are missing; their names."""
+    _, objects = desired(kube, obj, config)
+    namespace = obj["metadata"]["namespace"]
+    gone = apply.missing(kube, objects, namespace)
+    if gone:
+        apply.apply_objects(kube, gone, namespace)
+    return [f"{o['kind']}/{o['metadata']['name']}" for o in gone]
+
+
+# --------------------------------------------------------------------------- status
+
+
+def now() -> str:
+    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def condition(type_: str, status: str, reason: str, message: str) -> Condition:
+    return Condition(type=type_, status=status, reason=reason, message=message)
+
+
+def merge_conditions(old: list[Mapping[str, Any]], new: list[Condition]) -> list[dict[str, Any]]:
+    """Replace conditions of the same type; keep the transition time when the status is equal."""
+    out = {c["type"]: dict(c) for c in old}
+    for cond in new:
+        doc = cond.model_dump(by_alias=True, mode="json", exclude_none=True)
+        prev = out.get(cond.type)
+        doc["lastTransitionTime"] = (
+            prev.get("lastTransitionTime")
+            if prev and prev.get("status") == cond.status and prev.get("lastTransitionTime")
+            else now()
+        )
+        out[cond.type] = doc
+    return [out[k] for k in sorted(out)]
+
+
+def status_patch(old: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, Any]:
+    """A JSON merge patch turning `old` into `new`: removed keys become null, maps recurse."""
+    patch: dict[str, Any] = {}
+    for key in old:
+        if key not in new:
+            patch[key] = None
+    for key, value in new.items():
+        before = old.get(key)
+        if isinstance(value, Mapping) and isinstance(before, Mapping):
+            sub = status_patch(before, value)
+            if sub:
+                patch[key] = sub
+        elif value != before:
+            patch[key] = value
+    return patch
+
+
+def write_status(kube: Kube, namespace: str, name: str, patch: Mapping[str, Any]) -> None:
+    if patch:
+        kube.patch(EXPERIMENT, name, {"status": dict(patch)}, namespace, sub="status")
+
+
+def set_conditions(
+    kube: Kube,
+    obj: Mapping[str, Any],
+    conds: list[Condition],
+    *,
+    observed_generation: int | None = None,
+    extra: Mapping[str, Any] | None = None,
+) -> None:
+    """Update some conditions (and fields) of the status, under the experiment's lock."""
+    meta = obj["metadata"]
+    with lock_for(meta["namespace"], meta["name"]):
+        current = kube.get(EXPERIMENT, meta["name"], meta["namespace"])
+        old = dict(current.get("status") or {})
+        new = dict(old)
+        new["conditions"] = merge_conditions(old.get("conditions") or [], conds)
+        if observed_generation is not None:
+            new["observedGeneration"] = observed_generation
+        new.update(extra or {})
+        write_status(kube, meta["namespace"], meta["name"], status_patch(old, new))
+
+
+def refresh(kube: Kube, namespace: str, name: str, config: Config) -> ExperimentStatus | None:
+    """Recompute and write the status of one experiment; None when it is gone."""
+    with lock_for(namespace, name):
+        obj = kube.get_or_none(EXPERIMENT, name, namespace)
+        if obj is None or obj["metadata"].get("deletionTimestamp"):
+            return None
+        old = dict(obj.get("status") or {})
+        try:
+            exp = cluster.resolve_object(obj)
+        except SpecError as exc:
+            new = dict(old)
+            new.update(phase="Failed", reason=f"invalid spec: {exc}")
+            write_status(kube, namespace, name, status_patch(old, new))
+            return ExperimentStatus.model_validate(new)
+        pods = kube.list(POD, namespace, labels=naming.experiment_selector(name))
+        replacements = dict(old.get("replacements") or {})
+        for pod in pods:
+            if failure_seen(pod):
+                record = count_replacement(replacements, pod)
+                if record is not None:
+                    replacements[process_key(pod)] = record
+        nodes = None
+        if config.read_nodes and any(
+            (p.get("status") or {}).get("phase") == "Pending" for p in pods
+        ):
+            with contextlib.suppress(ForbiddenError):
+                nodes = kube.list(NODE)
+        status = summarize(
+            experiment=name,
+            desired=cluster.desired_groups(exp),
+            pods=pods,
+            agents_per_pod=exp.spec.agents.batch,
+            gpus=cluster.requested_gpus(exp),
+            agent_selector=cluster.agent_selector(name),
+            nodes=nodes,
+            replacements=replacements,
+        )
+        status.observed_generation = old.get("observedGeneration")
+        if status.learner_iteration is None:
+            status.learner_iteration = old.get("learnerIteration")
+        if status.eval_return is None:
+            status.eval_return = old.get("evalReturn")
+        conds: list[Condition] = []
+        budget = config.learner_max_restarts
+        if old.get("phase") == "Failed":
+            status.phase, status.reason = "Failed", old.get("reason")
+        elif status.learner_restarts > budget:
+            status.phase = "Failed"
+            last = last_learner_failure(pods)
+            status.reason = (
+                f"the learner exhausted its {budget} restarts"
+                + (f" (last: {last})" if last else "")
+                + "; its workloads were scaled to 0, data and logs are kept"
+            )
+            conds.append(condition("Failed", "True", "LearnerRestartsExhausted", status.reason))
+            stop_workloads(kube, namespace, name)
+        conds.append(
+            condition(
+                "Ready",
+                "True" if status.phase == "Running" else "False",
+                status.phase or "Pending",
+                status.reason or "",
+            )
+        )
+        new = status.to_wire()
+        new["conditions"] = merge_conditions(old.get("conditions") or [], conds)
+        write_status(kube, namespace, name, status_patch(old, new))
+        return status
+
+
+def record_failure(kube: Kube, namespace: str, name: str, pod: Mapping[str, Any]) -> bool:
+    """Count a failed pod of the experiment once (its uid); True when it was new.
+
+    Called from the pod's own event: a StatefulSet deletes a failed pod within a second, before
+    any periodic look would see it.
+    """
+    with lock_for(namespace, name):
+        obj = kube.get_or_none(EXPERIMENT, name, namespace)
+        if obj is None:
+            return False
+        replacements = (obj.get("status") or {}).get("replacements") or {}
+        record = count_replacement(replacements, pod)
+        if record is None:
+            return False
+        write_status(kube, namespace, name, {"replacements": {process_key(pod): record}})
+        return True
+
+
+def last_learner_failure(pods: list[dict[str, Any]]) -> str | None:
+    """Why the newest failed learner pod failed, in words."""
+    failed = [
+        p
+        for p in pods
+        if (p["metadata"].get("labels") or {}).get(naming.GROUP_LABEL) == "learner"
+        and failure_seen(p)
+    ]
+    if not failed:
+        return None
+    newest = max(failed, key=lambda p: p["metadata"].get("creationTimestamp") or "")
+    return pending_reason(newest)
+
+
+def stop_workloads(kube: Kube, namespace: str, name: str) -> None:
+    """Scale every workload of the experiment to 0 (a Failed experiment burns no GPUs)."""
+    for res in WORKLOADS:
+        for obj in kube.list(res, namespace, labels=naming.experiment_selector(name)):
+            with contextlib.suppress(NotFoundError):
+                kube.patch(res, obj["metadata"]["name"], {"spec": {"replicas": 0}}, namespace)
+    log.warning("%s/%s failed: its workloads were scaled to 0", namespace, name)
+
+
+def is_failed(obj: Mapping[str, Any]) -> bool:
+    return (obj.get("status") or {}).get("phase") == "Failed"
+
+
+# --------------------------------------------------------------------------- debounce
+
+
+class Refresher:
+    """Folds bursts of pod events into one status refresh per experiment.
+
+    `poke(ns, name)` marks the experiment dirty; one worker thread per experiment refreshes it
+    `delay` seconds after the first poke, then waits for the next one (and exits when idle).
+    """
+
+    def __init__(self, kube: Kube, config: Config, idle_exit: float = 60.0) -> None:
+        self.kube = kube
+        self.config = config
+        self.idle_exit = idle_exit
+        self._dirty: dict[tuple[str, str], threading.Event] = {}
+        self._guard = threading.Lock()
+        self._stopped = threading.Event()
+
+    def poke(self, namespace: str, name: str) -> None:
+        key = (namespace, name)
+        with self._guard:
+            event = self._dirty.get(key)
+            if event is None:
+                event = self._dirty[key] = threading.Event()
+                threading.Thread(
+                    target=self._run, args=(key, event), name=f"refresh-{name}", daemon=True
+                ).start()
+        event.set()
+
+    def stop(self) -> None:
+        self._stopped.set()
+
+    def _run(self, key: tuple[str, str], event: threading.Event) -> None:
+        while not self._stopped.is_set():
+            if not event.wait(self.idle_exit):
+                with self._guard:
+                    if not event.is_set():
+                        self._dirty.pop(key, None)
+                        return
+                continue
+            time.sleep(self.config.refresh_delay)
+            event.clear()
+            try:
+                refresh(self.kube, key[0], key[1], self.config)
+            except Exception as exc:  # a refresh failure must not kill the worker
+                log.warning("status refresh of %s/%s failed: %s", key[0], key[1], exc)
