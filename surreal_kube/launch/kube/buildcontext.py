@@ -87,11 +87,12 @@ def content_hash(
     build_args: Mapping[str, str] | None = None,
 ) -> str:
     """sha256 (hex) of the Dockerfile, build arguments and merged context (module docstring)."""
+    entries = collect(dockerfile, contexts)  # checks that the Dockerfile and contexts exist
     digest = hashlib.sha256(HASH_SCHEME)
     digest.update(b"dockerfile\0" + dockerfile.read_bytes() + b"\0")
     for key, value in sorted((build_args or {}).items()):
         digest.update(f"arg\0{key}\0{value}\0".encode())
-    for entry in collect(dockerfile, contexts):
+    for entry in entries:
         digest.update(f"{entry.kind}\0{entry.arcname}\0".encode())
         if entry.kind == "file":
             digest.update(b"x\0" if entry.executable else b"-\0")

@@ -82,13 +82,12 @@ def pod_shape(exp: Experiment, component: str) -> PodShape:
 def place(exp: Experiment, topo: Topology, profile: ClusterProfile | None) -> dict[str, Placement]:
     """Placement of every group, checked against the profile's pools (SpecError if it cannot fit).
 
-    Without a profile nothing can be checked: explicit pools become node selectors on the default
-    pool label and GPU pods tolerate the GPU taint, everything else is left to the scheduler.
+    Without a profile (or one listing no pools) nothing can be checked: explicit pools become node
+    selectors on the pool label and GPU pods tolerate the GPU taint; the rest is the scheduler's.
     """
-    if profile is None:
-        return {g.name: _unchecked(exp, g) for g in topo.groups}
-    if not profile.pools:
-        raise SpecError("the cluster profile lists no node pools: nothing to place the pods on")
+    if profile is None or not profile.pools:
+        label = profile.pool_label if profile else DEFAULT_POOL_LABEL
+        return {g.name: _unchecked(exp, g, label) for g in topo.groups}
     packer = _Packer(profile.pools)
     out: dict[str, Placement] = {}
     # GPU workloads first, then the largest: they have the fewest places to go.
@@ -108,9 +107,9 @@ def place(exp: Experiment, topo: Topology, profile: ClusterProfile | None) -> di
     return {g.name: out[g.name] for g in topo.groups}
 
 
-def _unchecked(exp: Experiment, group: Group) -> Placement:
+def _unchecked(exp: Experiment, group: Group, pool_label: str) -> Placement:
     pool = exp.spec.placement.get(group.component)
-    selector = {DEFAULT_POOL_LABEL: pool} if pool else {}
+    selector = {pool_label: pool} if pool else {}
     gpus = pod_shape(exp, group.component).gpus
     return Placement(group.name, pool, selector, (dict(GPU_TOLERATION),) if gpus else ())
 
@@ -163,14 +162,17 @@ def _place_group(
         return pool
     candidates = _candidates(profile, shape)
     if not candidates:
+        tainted = [p.name for p in profile.pools if _fits_node(p, shape)]
+        if tainted:
+            raise SpecError(
+                f"cannot place {who}: each pod asks for {shape.describe()}; only tainted node "
+                f"pools have nodes that large ({', '.join(tainted)}): name one in "
+                f"spec.placement.{group.component} to use it"
+            )
         largest = _largest(profile.pools, shape)
-        kind = f"offering {GPU_RESOURCE}" if shape.gpus else "without other taints"
-        usable = [p for p in profile.pools if not p.node_taints or shape.gpus]
-        suffix = f" (largest pool {kind})" if usable and largest in usable else ""
         raise SpecError(
-            f"cannot place {who}: each pod asks for {shape.describe()}; no node pool has a "
-            f"node that large: the largest pool{suffix}, {largest.name}, offers "
-            f"{_offer(largest)} per node"
+            f"cannot place {who}: each pod asks for {shape.describe()}, but no node pool has a "
+            f"node that large; the largest, {largest.name}, offers {_offer(largest)} per node"
         )
     for pool in candidates:
         if packer.pack(pool, group.replicas, shape, _taken(group, shape)):

@@ -118,10 +118,9 @@ def render_text(
     problem = label_problem(namespace)
     if problem:
         raise LaunchError(f"invalid namespace {namespace!r}: a DNS label {problem}")
-    profile_given = profile is not None
     profile = profile or ClusterProfile()
     topo = experiment_topology(exp)
-    placements = place(exp, topo, profile if profile_given else None)
+    placements = place(exp, topo, profile)
     refs = dict(images or {})
     missing = sorted({image_key(exp, g.component) for g in topo.groups} - set(refs))
     if missing:

@@ -1,0 +1,226 @@
+"""Placement against cluster profiles: choice of pool, selectors and tolerations, refusals."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from surreal_kube.errors import SpecError
+from surreal_kube.experiment.resolve import experiment_topology, resolve_experiment
+from surreal_kube.launch.kube.placement import format_cpu, format_memory, place
+from surreal_kube.launch.kube.profile import (
+    ClusterProfile,
+    load_profile,
+    pools_from_nodes,
+    profile_from_dict,
+)
+
+ROOT = Path(__file__).resolve().parents[3]
+KWOK_POOLS = ROOT / "tests" / "cluster" / "kwok" / "pools.yaml"
+GPU_TOLERATION = {
+    "key": "nvidia.com/gpu",
+    "operator": "Equal",
+    "value": "present",
+    "effect": "NoSchedule",
+}
+
+
+@pytest.fixture
+def profile() -> ClusterProfile:
+    """The test control plane's own pools file is a valid profile."""
+    return load_profile(KWOK_POOLS)
+
+
+def placed(sets: list[str], profile: ClusterProfile | None) -> dict:
+    exp = resolve_experiment("exp-p", sets=sets)
+    return place(exp, experiment_topology(exp), profile)
+
+
+def test_gpu_components_go_to_gpu_pool_cpu_components_elsewhere(profile: ClusterProfile) -> None:
+    out = placed(
+        ["agents.count=8", "agents.batch=4", "resources.agent.gpu=1", "resources.learner.gpu=1"],
+        profile,
+    )
+    assert {g: p.pool for g, p in out.items()} == {
+        "learner": "gpu-pool",
+        "replay": "cpu-pool",
+        "ps": "cpu-pool",
+        "tensorplex": "cpu-pool",
+        "loggerplex": "cpu-pool",
+        "tensorboard": "cpu-pool",
+        "agents": "gpu-pool",
+        "evals": "cpu-pool",
+    }
+    assert out["agents"].node_selector == {"cloud.google.com/gke-nodepool": "gpu-pool"}
+    assert out["agents"].tolerations == (GPU_TOLERATION,)
+    assert out["replay"].tolerations == ()
+
+
+def test_explicit_pool_wins_and_tolerates_its_taints(profile: ClusterProfile) -> None:
+    out = placed(["placement.replay=gpu-pool"], profile)
+    assert out["replay"].pool == "gpu-pool" and out["replay"].tolerations == (GPU_TOLERATION,)
+
+
+def test_unknown_pool_is_refused(profile: ClusterProfile) -> None:
+    with pytest.raises(SpecError) as err:
+        placed(["placement.learner=tpu-pool"], profile)
+    assert str(err.value) == (
+        "spec.placement.learner: no node pool 'tpu-pool' in the cluster profile; "
+        "pools: cpu-pool, gpu-pool"
+    )
+
+
+def test_pod_larger_than_any_node_is_refused(profile: ClusterProfile) -> None:
+    with pytest.raises(SpecError) as err:
+        placed(["resources.learner.gpu=8"], profile)
+    assert str(err.value) == (
+        "cannot place learner: each pod asks for cpu 2, memory 4Gi, nvidia.com/gpu 8, but no node "
+        "pool has a node that large; the largest, gpu-pool, offers cpu 16, memory 64Gi, "
+        "nvidia.com/gpu 4 per node"
+    )
+
+
+def test_more_gpus_than_the_pools_have_is_refused(profile: ClusterProfile) -> None:
+    with pytest.raises(SpecError) as err:
+        placed(["agents.count=12", "resources.agent.gpu=1", "resources.learner.gpu=1"], profile)
+    assert str(err.value) == (
+        "cannot place agents (agent): 12 pods of cpu 1, memory 1Gi, nvidia.com/gpu 1 (cpu 12, "
+        "memory 12Gi, nvidia.com/gpu 12 in total) do not fit the node pools: the largest pool for "
+        "it, gpu-pool, has 2 nodes of cpu 16, memory 64Gi, nvidia.com/gpu 4, 110 pods each (cpu "
+        "32, memory 128Gi, nvidia.com/gpu 8 in total)"
+    )
+
+
+def test_refusal_names_what_is_already_placed(profile: ClusterProfile) -> None:
+    with pytest.raises(SpecError) as err:
+        placed(["agents.count=7", "resources.agent.gpu=1", "resources.learner.gpu=2"], profile)
+    assert str(err.value).endswith(
+        "(cpu 32, memory 128Gi, nvidia.com/gpu 8 in total); already placed there: learner (cpu 2, "
+        "memory 4Gi, nvidia.com/gpu 2)"
+    )
+    placed(["agents.count=6", "resources.agent.gpu=1", "resources.learner.gpu=2"], profile)
+
+
+def test_cpu_pods_never_go_to_tainted_pools_by_fit(profile: ClusterProfile) -> None:
+    with pytest.raises(SpecError) as err:
+        placed(["resources.learner.cpu=12"], profile)
+    assert str(err.value) == (
+        "cannot place learner: each pod asks for cpu 12, memory 4Gi; only tainted node pools have "
+        "nodes that large (gpu-pool): name one in spec.placement.learner to use it"
+    )
+    out = placed(["resources.learner.cpu=12", "placement.learner=gpu-pool"], profile)
+    assert out["learner"].pool == "gpu-pool"
+
+
+def test_pod_slots_count(profile: ClusterProfile) -> None:
+    tiny = ["resources.agent.cpu=1m", "resources.agent.memory=1Mi"]
+    placed(["agents.count=400", *tiny], profile)  # 4 cpu nodes x 110 pods, minus the rest
+    with pytest.raises(SpecError, match=r"cannot place agents \(agent\): 500 pods"):
+        placed(["agents.count=500", *tiny], profile)
+
+
+def test_cpu_pool_preferred_and_smallest_fit_first() -> None:
+    profile = profile_from_dict(
+        {
+            "pools": [
+                {"name": "big", "count": 2, "cpu": 64, "memory": "256Gi"},
+                {"name": "small", "count": 3, "cpu": 4, "memory": "16Gi"},
+                {"name": "gpu", "count": 1, "cpu": 32, "memory": "128Gi", "gpus": 8},
+            ]
+        }
+    )
+    out = placed(["resources.learner.cpu=8", "agents.count=2"], profile)
+    assert out["learner"].pool == "big"  # does not fit small
+    assert out["agents"].pool == "small"
+    out = placed(["agents.count=40"], profile)  # 12 cores of small cannot take 40 agents
+    assert out["agents"].pool == "big"
+
+
+def test_custom_selector_and_taints() -> None:
+    profile = profile_from_dict(
+        {
+            "poolLabel": "eks.amazonaws.com/nodegroup",
+            "pools": [
+                {"name": "cpu", "count": 2},
+                {
+                    "name": "a100",
+                    "count": 1,
+                    "gpus": 8,
+                    "cpu": 96,
+                    "memory": "1Ti",
+                    "taints": [{"key": "dedicated", "value": "rl", "effect": "NoSchedule"}],
+                    "nodeSelector": {"node.kubernetes.io/instance-type": "p4d.24xlarge"},
+                },
+            ],
+        }
+    )
+    out = placed(["resources.learner.gpu=4", "placement.learner=a100"], profile)
+    assert out["learner"].node_selector == {"node.kubernetes.io/instance-type": "p4d.24xlarge"}
+    assert out["learner"].tolerations == (
+        {"key": "dedicated", "operator": "Equal", "value": "rl", "effect": "NoSchedule"},
+        GPU_TOLERATION,
+    )
+    assert out["replay"].node_selector == {"eks.amazonaws.com/nodegroup": "cpu"}
+    with pytest.raises(SpecError, match="only tainted node pools"):
+        placed(["resources.learner.gpu=4"], profile)  # by fit: 'dedicated' is not ours to take
+
+
+def test_without_profile_nothing_is_checked() -> None:
+    out = placed(["resources.learner.gpu=16", "placement.replay=highmem"], None)
+    assert out["learner"].pool is None and out["learner"].node_selector == {}
+    assert out["learner"].tolerations == (
+        {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"},
+    )
+    assert out["replay"].node_selector == {"cloud.google.com/gke-nodepool": "highmem"}
+
+
+def test_bad_profiles_are_refused(tmp_path: Path) -> None:
+    bad = tmp_path / "p.yaml"
+    bad.write_text("pools:\n  - name: a\n    cpu: lots\n")
+    with pytest.raises(
+        SpecError, match=r"p.yaml: pools.0.cpu: .*'lots' is not a Kubernetes quantity"
+    ):
+        load_profile(bad)
+    bad.write_text("pools:\n  - name: a\n  - name: a\n")
+    with pytest.raises(SpecError, match="pool 'a' is listed twice"):
+        load_profile(bad)
+    bad.write_text("pools:\n  - name: a\n    gpu: 4\n")
+    with pytest.raises(SpecError, match=r"pools\.0\.gpu: Extra inputs are not permitted"):
+        load_profile(bad)
+
+
+def test_discovered_pools_from_node_records() -> None:
+    def node(name: str, pool: str, cpu: str, gpus: int = 0, taints: list | None = None) -> dict:
+        alloc = {"cpu": cpu, "memory": "30Gi", "pods": "110"}
+        if gpus:
+            alloc["nvidia.com/gpu"] = str(gpus)
+        labels = {"cloud.google.com/gke-nodepool": pool, "kubernetes.io/hostname": name}
+        if gpus:
+            labels["cloud.google.com/gke-accelerator"] = "nvidia-l4"
+        return {"name": name, "labels": labels, "taints": taints or [], "allocatable": alloc}
+
+    gpu_taint = {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}
+    pools = pools_from_nodes(
+        [
+            node("a-1", "cpu-pool", "7910m"),
+            node("a-2", "cpu-pool", "7800m"),
+            node("g-1", "gpu-pool", "15", 4, [gpu_taint]),
+            {
+                "name": "lonely",
+                "labels": {},
+                "taints": [],
+                "allocatable": {"cpu": "2", "memory": "4Gi"},
+            },
+        ]
+    )
+    by_name = {p.name: p for p in pools}
+    assert by_name["cpu-pool"].count == 2 and by_name["cpu-pool"].cpu == "7800m"
+    assert by_name["gpu-pool"].gpus == 4 and by_name["gpu-pool"].accelerator == "nvidia-l4"
+    assert [t.key for t in by_name["gpu-pool"].node_taints] == ["nvidia.com/gpu"]
+    assert by_name["lonely"].node_selector == {"kubernetes.io/hostname": "lonely"}
+
+
+def test_quantity_formatting() -> None:
+    assert [format_cpu(m) for m in (2000, 500, 1500)] == ["2", "500m", "1500m"]
+    assert [format_memory(b) for b in (4 * 2**30, 512 * 2**20, 1000)] == ["4Gi", "512Mi", "1000"]

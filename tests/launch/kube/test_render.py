@@ -1,0 +1,324 @@
+"""The renderer without a cluster: official schemas (strict), determinism, names, wiring, defaults."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+
+import kubernetes_validate
+import pytest
+import yaml
+
+from surreal_kube.experiment.resolve import experiment_topology, resolve_experiment
+from surreal_kube.experiment.topology import ENDPOINTS
+from surreal_kube.launch.kube import naming
+from surreal_kube.launch.kube.ownership import RETAIN_ANNOTATION, root_of, set_owner
+from surreal_kube.launch.kube.profile import profile_from_dict
+from surreal_kube.launch.kube.render import dump_objects, port_name, render_experiment
+from tests.launch.kube.specs import IMAGES, MATRIX, experiment
+
+K8S_VERSION = "1.37.0"
+OWNER = {
+    "apiVersion": "surreal.ai/v1alpha1",
+    "kind": "Experiment",
+    "name": "exp-matrix",
+    "uid": "6c1f1a1e-0000-4000-8000-000000000001",
+}
+ROOT = Path(__file__).resolve().parents[3]
+
+
+def workloads(objects: list[dict]) -> list[dict]:
+    return [o for o in objects if o["kind"] in ("Deployment", "StatefulSet")]
+
+
+def containers(objects: list[dict]) -> list[tuple[dict, dict]]:
+    return [(w, c) for w in workloads(objects) for c in w["spec"]["template"]["spec"]["containers"]]
+
+
+def env_of(container: dict) -> dict[str, dict]:
+    return {e["name"]: e for e in container["env"]}
+
+
+@pytest.mark.parametrize("case", sorted(MATRIX))
+@pytest.mark.parametrize("owned", [False, True], ids=["unowned", "owned"])
+def test_every_object_validates_strictly(case: str, owned: bool) -> None:
+    objects = render_experiment(
+        experiment(case), "rl-test", images=IMAGES, owner=OWNER if owned else None
+    )
+    kinds = Counter(o["kind"] for o in objects)
+    assert kinds["ConfigMap"] == 1 and kinds["PersistentVolumeClaim"] == 1
+    for obj in objects:
+        kubernetes_validate.validate(obj, K8S_VERSION, strict=True)
+
+
+def test_rendering_is_byte_identical_across_processes() -> None:
+    """Same spec -> same bytes, even with another hash seed (no set or dict-order leaks)."""
+    args = ["render", "exp-det", "--num-agents", "8", "--agent-batch", "2"]
+    args += ["--set", "replay.shards=3", "--image", f"cpu={IMAGES['cpu']}", "-n", "rl"]
+    outputs = []
+    for seed in ("1", "2"):
+        env = {**os.environ, "PYTHONHASHSEED": seed}
+        done = subprocess.run(
+            [sys.executable, "-m", "surreal_kube.cli.main", *args],
+            capture_output=True,
+            text=True,
+            env=env,
+            cwd=ROOT,
+            timeout=60,
+        )
+        assert done.returncode == 0, done.stderr
+        outputs.append(done.stdout)
+    assert outputs[0] == outputs[1]
+    exp = resolve_experiment(
+        "exp-det", sets=["agents.count=8", "agents.batch=2", "replay.shards=3"]
+    )
+    again = dump_objects(render_experiment(exp, "rl", images=IMAGES))
+    assert again == outputs[0]
+
+
+def test_order_and_root() -> None:
+    objects = render_experiment(experiment("one-agent"), "rl", images=IMAGES)
+    assert [o["kind"] for o in objects[:2]] == ["ConfigMap", "PersistentVolumeClaim"]
+    assert root_of(objects) == {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "name": "exp-matrix-config",
+    }
+    assert all("ownerReferences" not in o["metadata"] for o in objects)
+    owned = set_owner(objects, {**root_of(objects), "uid": "u-1"})
+    assert "ownerReferences" not in owned[0]["metadata"]
+    for obj in owned[1:]:
+        (ref,) = obj["metadata"]["ownerReferences"]
+        assert ref == {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "name": "exp-matrix-config",
+            "uid": "u-1",
+            "controller": True,
+            "blockOwnerDeletion": True,
+        }
+
+
+def test_owner_with_uid_owns_everything() -> None:
+    objects = render_experiment(experiment("one-agent"), "rl", images=IMAGES, owner=OWNER)
+    for obj in objects:
+        (ref,) = obj["metadata"]["ownerReferences"]
+        assert ref["uid"] == OWNER["uid"] and ref["kind"] == "Experiment" and ref["controller"]
+
+
+def test_retained_volume_is_never_owned() -> None:
+    profile = profile_from_dict({"experimentVolume": {"retain": True}})
+    objects = render_experiment(
+        experiment("one-agent"), "rl", images=IMAGES, owner=OWNER, profile=profile
+    )
+    (claim,) = [o for o in objects if o["kind"] == "PersistentVolumeClaim"]
+    assert "ownerReferences" not in claim["metadata"]
+    assert claim["metadata"]["annotations"] == {RETAIN_ANNOTATION: "true"}
+    assert set_owner([claim], OWNER)[0] == claim
+
+
+@pytest.mark.parametrize("case", sorted(MATRIX))
+def test_names_labels_and_derived_suffixes(case: str) -> None:
+    exp = experiment(case)
+    topo = experiment_topology(exp)
+    suffixes = {s for s, _ in topo.derived_name_suffixes()}
+    objects = render_experiment(exp, "rl", images=IMAGES)
+    longest = max(len(s) for s in suffixes)
+    for obj in objects:
+        name = obj["metadata"]["name"]
+        suffix = name.removeprefix("exp-matrix")
+        assert suffix in suffixes or len(suffix) < longest, name
+        labels = obj["metadata"]["labels"]
+        for key in ("name", "instance", "component", "part-of", "managed-by"):
+            assert labels[f"app.kubernetes.io/{key}"], (name, key)
+        assert labels[naming.EXPERIMENT_LABEL] == "exp-matrix"
+    for w in workloads(objects):
+        group = topo.group(w["metadata"]["name"].removeprefix("exp-matrix-"))
+        assert w["spec"]["replicas"] == group.replicas
+        assert w["kind"] == ("StatefulSet" if group.replicated else "Deployment")
+        pod_labels = w["spec"]["template"]["metadata"]["labels"]
+        assert w["spec"]["selector"]["matchLabels"].items() <= pod_labels.items()
+
+
+def test_user_labels_never_override_ours() -> None:
+    exp = resolve_experiment("exp-l")
+    exp.metadata.labels = {"team": "rl", "app.kubernetes.io/name": "intruder"}
+    objects = render_experiment(exp, "rl", images=IMAGES)
+    for obj in objects:
+        assert obj["metadata"]["labels"]["team"] == "rl"
+        assert obj["metadata"]["labels"]["app.kubernetes.io/name"] == "surreal-kube"
+
+
+@pytest.mark.parametrize("case", sorted(MATRIX))
+def test_every_connect_address_is_a_service_selecting_its_binder(case: str) -> None:
+    """Pure half of the wiring check (the cluster test repeats it against EndpointSlices)."""
+    exp = experiment(case)
+    topo = experiment_topology(exp)
+    objects = render_experiment(exp, "rl", images=IMAGES)
+    services = {o["metadata"]["name"]: o for o in objects if o["kind"] == "Service"}
+    pods = {w["metadata"]["name"]: w["spec"]["template"] for w in workloads(objects)}
+    checked = 0
+    for _, container in containers(objects):
+        for var, entry in env_of(container).items():
+            if not var.endswith("_ADDR"):
+                continue
+            endpoint = next(e for e in ENDPOINTS.values() if e.addr_var == var)
+            host, port = entry["value"].split("://")[1].rsplit(":", 1)
+            binder = topo.group_of(topo.process(topo.binders[endpoint.name]))
+            if endpoint.scope == "pod":
+                assert host == "127.0.0.1"
+                continue
+            service_name, ns, *_ = host.split(".")
+            assert (ns, host.endswith(".svc.cluster.local")) == ("rl", True)
+            service = services[service_name]
+            assert int(port) in [p["port"] for p in service["spec"]["ports"]]
+            selector = service["spec"]["selector"].items()
+            selected = [n for n, t in pods.items() if selector <= t["metadata"]["labels"].items()]
+            assert selected == [f"exp-matrix-{binder.name}"], (var, selected)
+            binder_ports = [
+                p["containerPort"]
+                for c in pods[selected[0]]["spec"]["containers"]
+                for p in c.get("ports", [])
+            ]
+            assert int(port) in binder_ports
+            checked += 1
+    assert checked > 0
+
+
+def test_statefulset_index_comes_from_the_pod_ordinal() -> None:
+    objects = render_experiment(experiment("eight-agents-batch4-gpu"), "rl", images=IMAGES)
+    (agents,) = [o for o in workloads(objects) if o["metadata"]["name"] == "exp-matrix-agents"]
+    assert agents["kind"] == "StatefulSet" and agents["spec"]["replicas"] == 2
+    assert agents["spec"]["podManagementPolicy"] == "Parallel"
+    assert agents["spec"]["serviceName"] == "exp-matrix-agents"
+    (container,) = agents["spec"]["template"]["spec"]["containers"]
+    names = [e["name"] for e in container["env"]]
+    env = env_of(container)
+    assert env["SURREAL_INDEX"] == {
+        "name": "SURREAL_INDEX",
+        "valueFrom": {"fieldRef": {"fieldPath": "metadata.labels['apps.kubernetes.io/pod-index']"}},
+    }
+    assert env["SURREAL_PROCESS"]["value"] == "agents-$(SURREAL_INDEX)"
+    assert names.index("SURREAL_INDEX") < names.index("SURREAL_PROCESS")  # $(VAR) needs order
+    assert container["command"] == ["surreal-kube-role", "agents"]
+    (headless,) = [
+        o
+        for o in objects
+        if o["kind"] == "Service" and o["metadata"]["name"] == "exp-matrix-agents"
+    ]
+    assert headless["spec"]["clusterIP"] == "None"
+
+
+def test_multi_process_pods_have_one_container_per_process() -> None:
+    exp = experiment("ddpg-three-replay-shards")
+    objects = render_experiment(exp, "rl", images=IMAGES)
+    by_name = {w["metadata"]["name"]: w for w in workloads(objects)}
+    replay = by_name["exp-matrix-replay"]["spec"]["template"]["spec"]["containers"]
+    assert [c["name"] for c in replay] == [
+        "replay",
+        "replay-shard-0",
+        "replay-shard-1",
+        "replay-shard-2",
+    ]
+    assert [c["command"][1] for c in replay] == ["replay"] + ["replay-shard"] * 3
+    assert [env_of(c)["SURREAL_INDEX"]["value"] for c in replay] == ["0", "0", "1", "2"]
+    # the pod asks for exactly the component's resources (replay: cpu 1, memory 2Gi), split up
+    assert [c["resources"]["requests"]["cpu"] for c in replay] == ["250m"] * 4
+    assert [c["resources"]["requests"]["memory"] for c in replay] == ["512Mi"] * 4
+    ps = by_name["exp-matrix-ps"]["spec"]["template"]["spec"]["containers"]
+    assert [c["name"] for c in ps] == ["ps", "ps-shard-0", "ps-shard-1"]
+    assert [c["resources"]["requests"]["cpu"] for c in ps] == ["84m", "83m", "83m"]
+
+
+def test_security_defaults_and_resources_on_every_container() -> None:
+    objects = render_experiment(experiment("eight-agents-batch4-gpu"), "rl", images=IMAGES)
+    for w, c in containers(objects):
+        pod = w["spec"]["template"]["spec"]
+        assert pod["securityContext"]["runAsNonRoot"] is True
+        assert pod["securityContext"]["runAsUser"] == 10001
+        assert pod["automountServiceAccountToken"] is False
+        sc = c["securityContext"]
+        assert sc["allowPrivilegeEscalation"] is False
+        assert sc["readOnlyRootFilesystem"] is True
+        assert sc["capabilities"] == {"drop": ["ALL"]}
+        assert set(c["resources"]["requests"]) == {"cpu", "memory"}
+        assert c["resources"]["limits"]["memory"] == c["resources"]["requests"]["memory"]
+        mounts = {m["name"]: m for m in c["volumeMounts"]}
+        assert mounts["config"]["readOnly"] is True and mounts["tmp"]["mountPath"] == "/tmp"
+        assert mounts["experiment"]["mountPath"] == env_of(c)["SURREAL_EXPERIMENT_DIR"]["value"]
+        assert c["imagePullPolicy"] == "IfNotPresent"
+
+
+def test_images_follow_gpus() -> None:
+    objects = render_experiment(experiment("eight-agents-batch4-gpu"), "rl", images=IMAGES)
+    for w, c in containers(objects):
+        name = w["metadata"]["name"]
+        gpu = name in ("exp-matrix-agents", "exp-matrix-learner")
+        assert c["image"] == IMAGES["gpu" if gpu else "cpu"], name
+        assert c["resources"]["limits"].get("nvidia.com/gpu", 0) == (1 if gpu else 0)
+        tolerations = w["spec"]["template"]["spec"].get("tolerations", [])
+        assert bool(tolerations) == gpu
+
+
+def test_config_map_holds_the_resolved_spec() -> None:
+    exp = experiment("one-agent")
+    objects = render_experiment(exp, "rl", images=IMAGES)
+    text = objects[0]["data"]["experiment.yaml"]
+    assert yaml.safe_load(text)["spec"]["agents"]["count"] == 1
+    for _, c in containers(objects):
+        assert env_of(c)["SURREAL_CONFIG"]["value"] == "/etc/surreal/experiment.yaml"
+    dumped = dump_objects(objects)
+    assert "experiment.yaml: |\n" in dumped  # a readable block, not an escaped one-liner
+
+
+def test_volume_kinds() -> None:
+    exp = experiment("one-agent")
+    nfs = profile_from_dict(
+        {"experimentVolume": {"kind": "nfs", "server": "10.0.0.2", "path": "/exports/rl"}}
+    )
+    objects = render_experiment(exp, "rl", images=IMAGES, profile=nfs)
+    assert not [o for o in objects if o["kind"] == "PersistentVolumeClaim"]
+    pod = workloads(objects)[0]["spec"]["template"]["spec"]
+    (volume,) = [v for v in pod["volumes"] if v["name"] == "experiment"]
+    assert volume == {"name": "experiment", "nfs": {"server": "10.0.0.2", "path": "/exports/rl"}}
+    (mount,) = [m for m in pod["containers"][0]["volumeMounts"] if m["name"] == "experiment"]
+    assert mount["subPath"] == "exp-matrix"
+    host = profile_from_dict({"experimentVolume": {"kind": "hostPath", "path": "/data/"}})
+    pod = workloads(render_experiment(exp, "rl", images=IMAGES, profile=host))[0]
+    (volume,) = [v for v in pod["spec"]["template"]["spec"]["volumes"] if v["name"] == "experiment"]
+    assert volume["hostPath"] == {"path": "/data/exp-matrix", "type": "DirectoryOrCreate"}
+    claimed = profile_from_dict({"experimentVolume": {"storageClassName": "fast", "size": "50Gi"}})
+    objects = render_experiment(exp, "rl", images=IMAGES, profile=claimed)
+    (claim,) = [o for o in objects if o["kind"] == "PersistentVolumeClaim"]
+    assert claim["spec"] == {
+        "accessModes": ["ReadWriteMany"],
+        "storageClassName": "fast",
+        "resources": {"requests": {"storage": "50Gi"}},
+    }
+
+
+def test_port_names_fit_the_iana_limit() -> None:
+    taken: set[str] = set()
+    names = [port_name(e, taken) for e in ENDPOINTS]
+    assert all(len(n) <= 15 for n in names)
+    assert port_name("replay-collector", set()) == "collector"
+    assert port_name("parameter-publish", set()) == "publish"
+    assert port_name("tensorboard", set()) == "tensorboard"
+
+
+def test_json_output_is_a_list() -> None:
+    objects = render_experiment(experiment("one-agent"), "rl", images=IMAGES)
+    import json
+
+    doc = json.loads(dump_objects(objects, "json"))
+    assert doc["kind"] == "List" and doc["items"] == objects
+
+
+def test_invalid_namespace_is_refused() -> None:
+    from surreal_kube.errors import LaunchError
+
+    with pytest.raises(LaunchError, match="invalid namespace 'RL_team'"):
+        render_experiment(experiment("one-agent"), "RL_team", images=IMAGES)
