@@ -1,0 +1,161 @@
+"""The image planner against a real engine: podman's Docker API, real builds of the real Dockerfiles.
+
+The runtime Dockerfiles are built as they are, with build arguments that keep the build offline:
+the debootstrap base instead of python:3.11-slim, and `pip install --no-deps --no-index` of the
+project alone (no torch: far too slow here, and `surreal-kube-role --help` does not import it).
+"""
+
+from __future__ import annotations
+
+import shutil
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from surreal_kube.experiment.resolve import resolve_experiment
+from surreal_kube.launch.kube import images
+from surreal_kube.launch.kube.render import render_experiment
+from tests.launch.kube.engine import BASE_IMAGE, Engine, missing_tools, podman_engine
+
+pytestmark = pytest.mark.podman
+
+ROOT = Path(__file__).resolve().parents[3]
+OFFLINE_ARGS = {
+    "PYTHON_IMAGE": BASE_IMAGE,
+    "PIP_ARGS": "--no-deps --no-index --no-build-isolation",
+    "VENV_ARGS": "--system-site-packages",  # the base's python3-wheel builds the project wheel
+    "APT_PACKAGES": "",
+}
+
+
+@pytest.fixture(scope="module")
+def engine() -> Iterator[Engine]:
+    missing = missing_tools()
+    if missing:
+        pytest.skip(f"needs {', '.join(missing)} (Makefile DEB_PACKAGES)")
+    with podman_engine() as eng:
+        yield eng
+
+
+def project_copy(dest: Path) -> Path:
+    """The files the runtime images are built from, in a folder the test may change."""
+    dest.mkdir(parents=True)
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(ROOT / name, dest / name)
+    shutil.copytree(
+        ROOT / "surreal_kube", dest / "surreal_kube", ignore=shutil.ignore_patterns("__pycache__")
+    )
+    shutil.copytree(ROOT / "dockerfiles", dest / "dockerfiles")
+    return dest
+
+
+def test_unchanged_is_kept_changed_is_rebuilt_and_the_image_runs(
+    engine: Engine, tmp_path: Path
+) -> None:
+    run = uuid.uuid4().hex[:8]
+    cpu_dir = project_copy(tmp_path / "cpu")
+    gpu_dir = project_copy(tmp_path / "gpu")
+    repos = {"cpu": f"sk-test-{run}/runtime-cpu", "gpu": f"sk-test-{run}/runtime-cuda"}
+    exp = resolve_experiment(
+        "exp-img",
+        sets=[
+            f"images.cpu.build.dockerfile={cpu_dir}/dockerfiles/runtime-cpu.Dockerfile",
+            f"images.cpu.build.context=[{cpu_dir}]",
+            f"images.cpu.build.repository={repos['cpu']}",
+            f"images.gpu.build.dockerfile={gpu_dir}/dockerfiles/runtime-cuda.Dockerfile",
+            f"images.gpu.build.context=[{gpu_dir}]",
+            f"images.gpu.build.repository={repos['gpu']}",
+            "resources.learner.gpu=1",
+        ],
+    )
+    client = images.docker_client(engine.url)
+    built: list[str] = []
+
+    def progress(line: str) -> None:
+        if line.startswith("building "):
+            built.append(line.split()[1])
+
+    def plan() -> list[images.ImagePlan]:
+        return images.plan_images(exp, client=client, keys=["cpu", "gpu"], build_args=OFFLINE_ARGS)
+
+    try:
+        first = plan()
+        assert [p.status for p in first] == ["missing", "missing"]
+        first = images.build_images(first, client, progress=progress)
+        assert [p.status for p in first] == ["built", "built"]
+        assert built == [p.reference for p in first]
+        ids = {p.key: client.images.get(p.reference).id for p in first}
+
+        for p in first:
+            done = engine.podman(
+                "run", "--rm", "--network=host", p.reference, "surreal-kube-role", "--help"
+            )
+            assert done.returncode == 0, done.stderr
+            assert "usage: surreal-kube-role" in done.stdout and "replay-shard" in done.stdout
+            who = engine.podman("run", "--rm", "--network=host", p.reference, "id", "-u")
+            assert who.stdout.strip() == "10001"  # non-root by default
+
+        # unchanged context: same tags, nothing rebuilt
+        built.clear()
+        second = images.build_images(plan(), client, progress=progress)
+        assert [(p.reference, p.status) for p in second] == [
+            (p.reference, "present") for p in first
+        ]
+        assert built == []
+        assert {p.key: client.images.get(p.reference).id for p in second} == ids
+
+        # one changed file in the CPU context: a new CPU tag, only that image rebuilt
+        changed = cpu_dir / "surreal_kube" / "launch" / "kube" / "naming.py"
+        changed.write_text(changed.read_text() + "\n# a change\n")
+        third = plan()
+        by_key = {p.key: p for p in third}
+        assert by_key["cpu"].reference != first[0].reference and by_key["cpu"].status == "missing"
+        assert by_key["gpu"].reference == first[1].reference and by_key["gpu"].status == "present"
+        third = images.build_images(third, client, progress=progress)
+        assert built == [by_key["cpu"].reference]
+        assert client.images.get(by_key["gpu"].reference).id == ids["gpu"]
+
+        # the exact tags go into the pods
+        objects = render_experiment(exp, "rl", images=images.references(third))
+        pods = {
+            o["metadata"]["name"]: o["spec"]["template"]["spec"]["containers"][0]
+            for o in objects
+            if o["kind"] in ("Deployment", "StatefulSet")
+        }
+        assert pods["exp-img-learner"]["image"] == by_key["gpu"].reference
+        assert pods["exp-img-replay"]["image"] == by_key["cpu"].reference
+        assert {c["imagePullPolicy"] for c in pods.values()} == {"IfNotPresent"}
+    finally:
+        for repo in repos.values():
+            listed = engine.podman("images", "-q", "--filter", f"reference=*{repo}*")
+            for image_id in set(listed.stdout.split()):
+                engine.podman("rmi", "-f", image_id)
+
+
+def test_push_without_registry_is_refused(engine: Engine) -> None:
+    from surreal_kube.errors import LaunchError
+
+    exp = resolve_experiment("exp-img")
+    client = images.docker_client(engine.url)
+    with pytest.raises(LaunchError, match="--push needs a registry"):
+        images.plan_images(exp, client=client, push=True, base_dir=ROOT)
+
+
+def test_build_failure_reports_the_engine_error(engine: Engine, tmp_path: Path) -> None:
+    from surreal_kube.errors import LaunchError
+
+    (tmp_path / "Dockerfile").write_text(f"FROM {BASE_IMAGE}\nRUN exit 3\n")
+    exp = resolve_experiment(
+        "exp-img",
+        sets=[
+            f"images.cpu.build.dockerfile={tmp_path}/Dockerfile",
+            f"images.cpu.build.context=[{tmp_path}]",
+            f"images.cpu.build.repository=sk-test-{uuid.uuid4().hex[:8]}/broken",
+        ],
+    )
+    client = images.docker_client(engine.url)
+    plans = images.plan_images(exp, client=client, keys=["cpu"])
+    with pytest.raises(LaunchError, match=r"building sk-test-\w+/broken:\w+ failed"):
+        images.build_images(plans, client)
