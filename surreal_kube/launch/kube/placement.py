@@ -90,11 +90,13 @@ def place(exp: Experiment, topo: Topology, profile: ClusterProfile | None) -> di
         return {g.name: _unchecked(exp, g, label) for g in topo.groups}
     packer = _Packer(profile.pools)
     out: dict[str, Placement] = {}
-    # GPU workloads first, then the largest: they have the fewest places to go.
+    # GPU workloads first (they have the fewest places to go), singletons (learner, replay...)
+    # before replicated agents and evals, then the largest.
     order = sorted(
         topo.groups,
         key=lambda g: (
             -pod_shape(exp, g.component).gpus,
+            g.replicated,
             -g.replicas * pod_shape(exp, g.component).millicpu,
             g.name,
         ),
@@ -206,12 +208,14 @@ def _largest(pools: list[NodePool], shape: PodShape) -> NodePool:
 def _too_many(who: str, group: Group, shape: PodShape, pool: NodePool, packer: _Packer) -> str:
     n = group.replicas
     total = PodShape(shape.millicpu * n, shape.memory * n, shape.gpus * n)
-    pods = f"{n} pods" if n != 1 else "1 pod"
+    pods = f"{n} pods of {shape.describe()} ({total.describe()} in total) do not fit"
+    if n == 1:
+        pods = f"1 pod of {shape.describe()} does not fit"
     used = packer.used_by(pool)
     taken = f"; already placed there: {', '.join(used)}" if used else ""
     return (
-        f"cannot place {who}: {pods} of {shape.describe()} ({total.describe()} in total) do not "
-        f"fit the node pools: the largest pool for it, {pool.name}, has {pool.count} nodes of "
+        f"cannot place {who}: {pods} "
+        f"the node pools: the largest pool for it, {pool.name}, has {pool.count} nodes of "
         f"{_offer(pool)}, {pool.pods} pods each ({_pool_total(pool)} in total){taken}"
     )
 

@@ -88,7 +88,8 @@ def test_more_gpus_than_the_pools_have_is_refused(profile: ClusterProfile) -> No
         "cannot place agents (agent): 12 pods of cpu 1, memory 1Gi, nvidia.com/gpu 1 (cpu 12, "
         "memory 12Gi, nvidia.com/gpu 12 in total) do not fit the node pools: the largest pool for "
         "it, gpu-pool, has 2 nodes of cpu 16, memory 64Gi, nvidia.com/gpu 4, 110 pods each (cpu "
-        "32, memory 128Gi, nvidia.com/gpu 8 in total)"
+        "32, memory 128Gi, nvidia.com/gpu 8 in total); already placed there: learner (cpu 2, "
+        "memory 4Gi, nvidia.com/gpu 1)"
     )
 
 
