@@ -216,8 +216,9 @@ class Prefetcher:
 
     A background thread requests and receives; `get()` hands out decoded batches (arrays are
     views over the received frames). Sampling is latency-bound (a request crosses three processes
-    and back), so requests stay in flight while batches wait in the queue; the queue is bounded,
-    so the prefetcher never runs more than `2 * depth` batches ahead of the learner.
+    and back), so requests stay in flight while batches wait in the queue: at most `2 * depth`
+    batches ahead of the learner. `on_policy=True` (FIFO replay, PPO) caps requests plus waiting
+    batches at `depth`, since every batch sampled ahead is experience that grows stale.
     """
 
     def __init__(
@@ -228,10 +229,12 @@ class Prefetcher:
         depth: int = 4,
         request_ttl: float = DEFAULT_REQUEST_TTL,
         max_bytes: int = 1 << 31,
+        on_policy: bool = False,
     ) -> None:
         self.addr = addr
         self.batch_size = int(batch_size)
         self.depth = max(1, int(depth))
+        self.on_policy = on_policy
         self.request_ttl = request_ttl
         self._max_bytes = max_bytes
         self._queue: queue.Queue[wire.Message] = queue.Queue(maxsize=self.depth)
@@ -303,7 +306,8 @@ class Prefetcher:
             if deadline < now:
                 del self._in_flight[rid]
                 self.reissued += 1
-        while len(self._in_flight) < self.depth:
+        ahead = self._queue.qsize() if self.on_policy else 0
+        while len(self._in_flight) + ahead < self.depth:
             rid = next(self._ids)
             meta = {"batch_size": self.batch_size, "id": rid, "ttl": self.request_ttl}
             try:

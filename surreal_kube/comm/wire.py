@@ -190,6 +190,62 @@ def _shape(value: Any) -> tuple[int, ...]:
     return tuple(value)
 
 
+@dataclass(frozen=True)
+class _Layout:
+    """A checked header: kind, meta, and per array (name, dtype, shape, nbytes)."""
+
+    kind: str
+    meta: dict[str, Any]
+    arrays: tuple[tuple[str, np.dtype, tuple[int, ...], int], ...]
+
+
+def _layout(header: dict[str, Any]) -> _Layout:
+    specs: list[tuple[str, np.dtype, tuple[int, ...], int]] = []
+    names: set[str] = set()
+    for spec in header["a"]:
+        if not isinstance(spec, list) or len(spec) != 3:
+            raise WireError("bad-header", "array spec is not [name, dtype, shape]")
+        name, dtype_str, shape_raw = spec
+        if not isinstance(name, str) or name in names:
+            raise WireError("bad-header", "array name missing or repeated")
+        names.add(name)
+        dtype = _ALLOWED_DTYPES.get(dtype_str) if isinstance(dtype_str, str) else None
+        if dtype is None:
+            raise WireError("bad-dtype", f"dtype {str(dtype_str)[:40]!r}")
+        shape = _shape(shape_raw)
+        specs.append((name, dtype, shape, math.prod(shape) * dtype.itemsize))
+    return _Layout(header["k"], header["m"], tuple(specs))
+
+
+_CACHEABLE_HEADER = 2048
+_CACHE_SIZE = 256
+_cache: dict[bytes, _Layout] = {}
+
+
+def _cached_layout(frame: Any) -> _Layout:
+    """The checked layout of a header, memoised by its bytes.
+
+    A stream from one sender repeats the same header (same kind, meta and shapes) message after
+    message; parsing and checking it once saves most of the per-message decoding time. Only
+    valid, small headers are kept, so hostile input cannot grow the cache or skip a check.
+    """
+    try:
+        raw = _buffer(frame)
+    except TypeError as exc:
+        raise WireError("bad-frame", str(exc)) from exc
+    key = raw.tobytes() if raw.nbytes <= _CACHEABLE_HEADER else None
+    if key is not None:
+        hit = _cache.get(key)
+        if hit is not None:
+            return hit
+    layout = _layout(decode_header(raw))
+    if key is not None:
+        if len(_cache) >= _CACHE_SIZE:
+            _cache.clear()
+        _cache[key] = layout
+    return layout
+
+
 def decode(
     frames: Sequence[Any],
     *,
@@ -199,46 +255,36 @@ def decode(
     """Rebuild a message from received frames without copying the array bytes.
 
     `expect`: the kinds this receiver accepts; anything else is a `WireError("bad-kind")`.
-    `max_bytes`: the largest payload accepted. Arrays are writable views over the frames.
+    `max_bytes`: the largest payload accepted. Arrays are writable views over the frames; `meta`
+    is the receiver's own (shallow) copy.
     """
     if not frames:
         raise WireError("truncated", "no frames")
-    header = decode_header(frames[0])
-    kind = header["k"]
-    if expect is not None and kind not in expect:
-        raise WireError("bad-kind", f"unexpected message kind {kind[:40]!r}")
-    specs = header["a"]
-    if len(specs) != len(frames) - 1:
-        reason = "truncated" if len(specs) > len(frames) - 1 else "extra-frames"
-        raise WireError(reason, f"header lists {len(specs)} arrays, got {len(frames) - 1} frames")
+    layout = _cached_layout(frames[0])
+    if expect is not None and layout.kind not in expect:
+        raise WireError("bad-kind", f"unexpected message kind {layout.kind[:40]!r}")
+    if len(layout.arrays) != len(frames) - 1:
+        reason = "truncated" if len(layout.arrays) > len(frames) - 1 else "extra-frames"
+        raise WireError(
+            reason, f"header lists {len(layout.arrays)} arrays, got {len(frames) - 1} frames"
+        )
     arrays: ArrayDict = {}
     total = 0
-    for spec, frame in zip(specs, frames[1:], strict=True):
-        if not isinstance(spec, list) or len(spec) != 3:
-            raise WireError("bad-header", "array spec is not [name, dtype, shape]")
-        name, dtype_str, shape_raw = spec
-        if not isinstance(name, str) or name in arrays:
-            raise WireError("bad-header", "array name missing or repeated")
-        dtype = _ALLOWED_DTYPES.get(dtype_str) if isinstance(dtype_str, str) else None
-        if dtype is None:
-            raise WireError("bad-dtype", f"dtype {str(dtype_str)[:40]!r}")
-        shape = _shape(shape_raw)
+    for i, (name, dtype, shape, nbytes) in enumerate(layout.arrays, 1):
         try:
-            buf = _buffer(frame)
+            buf = _buffer(frames[i])
         except TypeError as exc:
             raise WireError("bad-frame", str(exc)) from exc
-        count = math.prod(shape)
-        if count * dtype.itemsize != buf.nbytes:
+        if buf.nbytes != nbytes:
             raise WireError(
                 "bad-size",
-                f"{name!r}: shape {shape} of {dtype} needs "
-                f"{count * dtype.itemsize} bytes, frame has {buf.nbytes}",
+                f"{name!r}: shape {shape} of {dtype} needs {nbytes} bytes, frame has {buf.nbytes}",
             )
-        total += buf.nbytes
+        total += nbytes
         if total > max_bytes:
             raise WireError("oversized", f"payload above {max_bytes} bytes")
-        arrays[name] = np.frombuffer(buf, dtype=dtype, count=count).reshape(shape)
-    return Message(kind, header["m"], arrays)
+        arrays[name] = np.ndarray(shape, dtype, buf)
+    return Message(layout.kind, dict(layout.meta), arrays)
 
 
 class Rejects:

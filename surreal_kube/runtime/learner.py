@@ -60,7 +60,10 @@ class LearnerRole(RoleBase):
         self.batch_size = learner_batch_size(spec)
         self.publisher = ParameterPublisher(ctx.bind("parameter-publish"))
         self.prefetcher = Prefetcher(
-            ctx.addr("replay-sampler"), self.batch_size, depth=spec.replay.prefetch
+            ctx.addr("replay-sampler"),
+            self.batch_size,
+            depth=spec.replay.prefetch,
+            on_policy=spec.replay.kind == "fifo",
         )
         self.eval_return: float | None = None
         self.items = 0
