@@ -445,7 +445,7 @@ class ControlPlane:
             "server": self.server,
             "ports": self.ports,
             "procs": [{"name": p.name, "exe": p.exe, "pid": p.pid} for p in self.procs],
-            "pools": [dataclasses.asdict(p) | {"labels": dict(p.labels)} for p in self.pools],
+            "pools": [dataclasses.asdict(p) for p in self.pools],
             "started_at": self.started_at,
             "startup_seconds": self.startup_seconds,
         }
