@@ -12,7 +12,16 @@ import sys
 
 import typer
 
-from surreal_kube.cli import build_cmd, config_cmd, create, lifecycle, render_cmd, topology_cmd
+from surreal_kube.cli import (
+    build_cmd,
+    config_cmd,
+    create,
+    exec_cmd,
+    lifecycle,
+    render_cmd,
+    scale_cmd,
+    topology_cmd,
+)
 from surreal_kube.cli.output import err
 from surreal_kube.errors import SurrealKubeError
 
@@ -34,6 +43,8 @@ app.command()(lifecycle.status)
 app.command()(lifecycle.logs)
 app.command()(lifecycle.tb)
 app.command()(lifecycle.delete)
+app.command("exec")(exec_cmd.exec_)
+app.command()(scale_cmd.scale)
 
 
 def run(argv: list[str] | None = None) -> None:

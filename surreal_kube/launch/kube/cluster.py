@@ -55,6 +55,10 @@ OPERATOR_ACK_SECONDS = 30.0
 Progress = Callable[[str], None]
 
 
+class RefusedError(LaunchError):
+    """The operator refused an `Experiment` (or none picked it up): nothing of it runs."""
+
+
 # --------------------------------------------------------------------------- connection
 
 
@@ -88,6 +92,11 @@ def resolve_object(obj: Mapping[str, Any]) -> Experiment:
     if algorithm not in ("ppo", "ddpg"):
         raise SpecError(f"spec.algorithm.name: unknown algorithm {algorithm!r}; valid: ppo, ddpg")
     doc = default_document(str(meta.get("name")), algorithm)
+    for key, image in (spec.get("images") or {}).items():
+        if isinstance(image, Mapping) and (image.get("image") is None) != (
+            image.get("build") is None
+        ):
+            doc["spec"]["images"].pop(key, None)  # a prebuilt image replaces the default build
     deep_merge(doc, {"spec": dict(spec)})
     doc["metadata"] = {"name": meta.get("name")}
     labels = {
@@ -496,11 +505,11 @@ def wait_running(
             for cond in reported.get("conditions") or []:
                 if cond.get("type") == "Applied" and cond.get("status") == "False":
                     why = cond.get("message") or cond.get("reason")
-                    raise LaunchError(f"the operator cannot apply {name}: {why}")
+                    raise RefusedError(f"the operator cannot apply {name}: {why}")
             if reported.get("phase") == "Failed":
                 raise LaunchError(f"{name} failed: {reported.get('reason')}")
             if not reported and time.monotonic() - start > OPERATOR_ACK_SECONDS:
-                raise LaunchError(
+                raise RefusedError(
                     f"the Experiment CRD is installed but no operator picked up {name} within "
                     f"{OPERATOR_ACK_SECONDS:.0f}s: is the surreal-kube operator running and "
                     f"watching namespace {namespace!r}? (use --direct to apply the objects "

@@ -254,7 +254,7 @@ def _selected(pod: Mapping[str, Any], node: Mapping[str, Any]) -> bool:
     return all(labels.get(k) == v for k, v in selector.items())
 
 
-_INSUFFICIENT = re.compile(r"Insufficient ([\w./-]+)")
+_INSUFFICIENT = re.compile(r"Insufficient ([\w./-]*\w)")
 
 
 def pending_reason(

@@ -1,0 +1,49 @@
+"""`surreal-kube exec NAME ROLE -- CMD`: run a command in one process's container on the cluster."""
+
+from __future__ import annotations
+
+import sys
+from typing import Annotated
+
+import typer
+
+from surreal_kube.cli import kube_view as kv
+from surreal_kube.cli import spec_options as so
+
+
+def exec_(
+    name: so.Name,
+    target: Annotated[
+        str, typer.Argument(help="ROLE, ROLE/INDEX or a process name (agents/0, learner).")
+    ],
+    command: Annotated[
+        list[str], typer.Argument(help="The command and its arguments, after `--`.")
+    ],
+    timeout: Annotated[
+        float, typer.Option("--timeout", help="Seconds the command may run.")
+    ] = 300.0,
+    kubeconfig: kv.Kubeconfig = None,
+    context: kv.Context = None,
+    namespace: kv.Namespace = None,
+) -> None:
+    """Run a command in one process's container on the cluster; exit with its exit code.
+
+    Goes through the API server (no kubectl needed); no tty, no stdin.
+
+    Examples:
+
+      surreal-kube exec exp-ppo-ant learner -- ls /experiment/checkpoints
+
+      surreal-kube exec exp-ppo-ant agents/3 -n rl -- env
+    """
+    from surreal_kube.launch.kube import cluster, pods
+
+    kube = kv.target(kubeconfig, context, namespace).connect()
+    found = cluster.find(kube, name)
+    where = pods.find_pod(kube, found.exp, found.namespace, target)
+    done = pods.exec_in(kube, found.namespace, where, command, timeout=timeout)
+    sys.stdout.write(done.stdout)
+    sys.stderr.write(done.stderr)
+    sys.stdout.flush()
+    if done.code:
+        raise typer.Exit(done.code)

@@ -1,0 +1,55 @@
+"""`surreal-kube scale NAME --agents N`: change the number of agents of a running experiment."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from surreal_kube.cli import kube_view as kv
+from surreal_kube.cli import spec_options as so
+from surreal_kube.cli.output import info, result
+from surreal_kube.cli.render_cmd import Profile
+
+
+def scale(
+    name: so.Name,
+    agents: Annotated[
+        int, typer.Option("--agents", help="The new number of agents (a multiple of agents.batch).")
+    ],
+    wait: Annotated[
+        bool, typer.Option("--wait", help="Return once the agent pods are running.")
+    ] = False,
+    timeout: Annotated[float, typer.Option("--timeout", help="Seconds --wait waits.")] = 300.0,
+    profile: Profile = None,
+    kubeconfig: kv.Kubeconfig = None,
+    context: kv.Context = None,
+    namespace: kv.Namespace = None,
+) -> None:
+    """Scale an experiment's agents up or down; the learner keeps running untouched.
+
+    Replay and the parameter server keep running too; new agents connect on their own.
+
+    Through the operator this edits the Experiment's scale subresource (like `kubectl scale
+    experiment NAME --replicas N`); for a directly applied experiment it re-renders and applies.
+
+    Examples:
+
+      surreal-kube scale exp-ppo-ant --agents 16
+
+      surreal-kube scale exp-ppo-ant --agents 4 --wait -n rl
+    """
+    from surreal_kube.launch.kube import cluster
+    from surreal_kube.launch.kube.profile import load_profile
+
+    kube = kv.target(kubeconfig, context, namespace).connect()
+    found = cluster.find(kube, name)
+    prof = load_profile(profile) if profile is not None else None
+    before = found.exp.spec.agents.count
+    new = cluster.scale(kube, found, agents, profile=prof, progress=info)
+    info(f"{name}: agents {before} -> {agents}")
+    if wait:
+        found.exp = new
+        st = cluster.wait_running(kube, found, timeout=timeout)
+        info(f"{name}: {st.agents} agents ready")
+    result(name)
