@@ -82,3 +82,10 @@ Namespaces the operator watches: watchNamespaces, else the release namespace.
 {{- .Release.Namespace -}}
 {{- end -}}
 {{- end -}}
+
+{{/*
+The name of the node-reading ClusterRole (and its binding): <fullname>-nodes within 63.
+*/}}
+{{- define "surreal-kube.nodesRoleName" -}}
+{{- printf "%s-nodes" (include "surreal-kube.fullname" . | trunc 57 | trimSuffix "-") -}}
+{{- end -}}

@@ -1,0 +1,194 @@
+"""The Helm chart: lint, template, documented values, RBAC equal to the operator's own rules."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+import yaml
+
+from surreal_kube.launch.kube import crd
+from surreal_kube.launch.kube.cluster import resolve_object
+from surreal_kube.operator import rbac
+from tests.charts.helm import CHART, ROOT, by_kind, helm, template
+
+
+def test_lint_is_clean() -> None:
+    done = helm("lint", str(CHART), "--strict")
+    assert "1 chart(s) linted, 0 chart(s) failed" in done.stdout
+    assert "[WARNING]" not in done.stdout and "[ERROR]" not in done.stdout
+
+
+def test_default_install_objects() -> None:
+    docs = template()
+    kinds = sorted(d["kind"] for d in docs)
+    assert kinds == [
+        "ClusterRole",
+        "ClusterRole",
+        "ClusterRoleBinding",
+        "Deployment",
+        "RoleBinding",
+        "ServiceAccount",
+    ]
+    (deploy,) = by_kind(docs, "Deployment")
+    pod = deploy["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    assert container["image"] == "ghcr.io/surreal-kube/surreal-kube:0.1.0"  # pinned: appVersion
+    assert container["command"] == ["python", "-m", "surreal_kube.operator"]
+    assert "--namespace=surreal-kube-system" in container["args"]
+    assert container["securityContext"]["readOnlyRootFilesystem"] is True
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert pod["serviceAccountName"] == "surreal-kube"
+    assert container["livenessProbe"]["httpGet"]["path"] == "/healthz"
+    selector = deploy["spec"]["selector"]["matchLabels"]
+    assert "app.kubernetes.io/version" not in selector and "helm.sh/chart" not in selector
+    (binding,) = by_kind(docs, "RoleBinding")
+    assert binding["metadata"]["namespace"] == "surreal-kube-system"
+    assert binding["roleRef"] == {
+        "apiGroup": "rbac.authorization.k8s.io",
+        "kind": "ClusterRole",
+        "name": "surreal-kube",
+    }
+
+
+def test_rbac_is_the_operators_own_rules() -> None:
+    roles = {r["metadata"]["name"]: r["rules"] for r in by_kind(template(), "ClusterRole")}
+    assert roles["surreal-kube"] == rbac.RULES
+    assert roles["surreal-kube-nodes"] == rbac.NODE_RULES
+    no_nodes = template("--set", "rbac.readNodes=false")
+    assert [r["metadata"]["name"] for r in by_kind(no_nodes, "ClusterRole")] == ["surreal-kube"]
+    (deploy,) = by_kind(no_nodes, "Deployment")
+    assert "--no-read-nodes" in deploy["spec"]["template"]["spec"]["containers"][0]["args"]
+
+
+def test_watched_namespaces_get_a_rolebinding_each() -> None:
+    docs = template("--set", "watchNamespaces={team-a,team-b}")
+    assert sorted(b["metadata"]["namespace"] for b in by_kind(docs, "RoleBinding")) == [
+        "team-a",
+        "team-b",
+    ]
+    args = by_kind(docs, "Deployment")[0]["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert args[:2] == ["--namespace=team-a", "--namespace=team-b"]
+    wide = template("--set", "clusterWide=true")
+    assert not by_kind(wide, "RoleBinding")
+    assert {b["metadata"]["name"] for b in by_kind(wide, "ClusterRoleBinding")} == {
+        "surreal-kube",
+        "surreal-kube-nodes",
+    }
+    args = by_kind(wide, "Deployment")[0]["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert "--all-namespaces" in args
+
+
+def test_create_switches_and_names() -> None:
+    none = template(
+        "--set",
+        "rbac.create=false",
+        "--set",
+        "serviceAccount.create=false",
+        "--set",
+        "serviceAccount.name=existing",
+    )
+    assert sorted(d["kind"] for d in none) == ["Deployment"]
+    assert none[0]["spec"]["template"]["spec"]["serviceAccountName"] == "existing"
+    refused = helm("template", "x", str(CHART), "--set", "serviceAccount.create=false", check=False)
+    assert refused.returncode != 0
+    assert "serviceAccount.name is required when serviceAccount.create is false" in refused.stderr
+    long = template(release="a-release-name-of-fifty-three-characters-helms-limit1")
+    for doc in long:
+        assert len(doc["metadata"]["name"]) <= 63 and not doc["metadata"]["name"].endswith("-")
+    digest = "sha256:" + "ab" * 32
+    pinned = template("--set", f"image.digest={digest}")
+    image = by_kind(pinned, "Deployment")[0]["spec"]["template"]["spec"]["containers"][0]["image"]
+    assert image == f"ghcr.io/surreal-kube/surreal-kube@{digest}"
+
+
+@pytest.mark.parametrize(
+    ("flag", "message"),
+    [
+        ("image.tag=latest", "/image/tag"),
+        ("watchNamespaces={Bad_NS}", "watchNamespaces"),
+        ("operator.learnerMaxRestarts=-1", "learnerMaxRestarts"),
+        ("unknownValue=1", "unknownValue"),
+    ],
+)
+def test_schema_refuses_bad_values(flag: str, message: str) -> None:
+    done = helm("template", "x", str(CHART), "--set", flag, check=False)
+    assert done.returncode != 0 and message in done.stderr, done.stderr
+
+
+def test_experiments_from_values_are_experiment_objects() -> None:
+    values = {
+        "experiments": {
+            "exp-helm": {
+                "agents": {"count": 4},
+                "images": {"cpu": {"image": "registry.test/runtime:1"}},
+            },
+            "exp-ddpg": {"algorithm": {"name": "ddpg"}},
+        }
+    }
+    docs = template("--set-json", f"experiments={json.dumps(values['experiments'])}")
+    exps = {d["metadata"]["name"]: d for d in by_kind(docs, "Experiment")}
+    assert set(exps) == {"exp-helm", "exp-ddpg"}
+    assert exps["exp-helm"]["metadata"]["namespace"] == "surreal-kube-system"
+    assert resolve_object(exps["exp-helm"]).spec.agents.count == 4
+    assert resolve_object(exps["exp-ddpg"]).spec.replay.kind == "uniform"
+
+
+def test_crd_ships_with_the_chart() -> None:
+    docs = template("--include-crds")
+    (definition,) = by_kind(docs, "CustomResourceDefinition")
+    assert definition == crd.experiment_crd()
+
+
+def test_operators_manifests_are_the_chart_rendered() -> None:
+    text = (ROOT / "operators" / "operator.yaml").read_text()
+    body = text[text.index("---") :]
+    rendered = helm(
+        "template", "surreal-kube", str(CHART), "--namespace", "surreal-kube-system"
+    ).stdout
+    assert body == rendered, "regenerate operators/operator.yaml (see its header)"
+
+
+def test_every_value_is_documented() -> None:
+    """Each value has a comment starting with its dotted name, or all its children do."""
+    lines = (CHART / "values.yaml").read_text().splitlines()
+    documented: set[str] = set()
+    keys: list[str] = []
+    stack: list[tuple[int, str]] = []
+    comment: list[str] = []
+    for line in lines:
+        stripped = line.strip()
+        if stripped.startswith("#"):
+            comment.append(stripped)
+            continue
+        match = re.match(r"^(\s*)([A-Za-z][A-Za-z0-9]*):", line)
+        if not match:
+            if not stripped:
+                comment = []
+            continue
+        indent, key = len(match.group(1)), match.group(2)
+        while stack and stack[-1][0] >= indent:
+            stack.pop()
+        path = ".".join([k for _, k in stack] + [key])
+        stack.append((indent, key))
+        keys.append(path)
+        if any(c.startswith(f"# {path} --") for c in comment):
+            documented.add(path)
+        comment = []
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+
+    def ok(path: str) -> bool:
+        if path in documented:
+            return True
+        children = [
+            k for k in keys if k.startswith(path + ".") and k.count(".") == path.count(".") + 1
+        ]
+        return bool(children) and all(ok(c) for c in children)
+
+    undocumented = [k for k in keys if "." not in k and not ok(k)]
+    assert not undocumented, f"values without a '# <name> --' comment: {undocumented}"
+    schema = json.loads((CHART / "values.schema.json").read_text())
+    assert set(values) == set(schema["properties"])
+    for key in keys:
+        assert re.fullmatch(r"[a-z][A-Za-z0-9.]*", key), f"{key}: values are lowerCamelCase"

@@ -1,0 +1,69 @@
+"""The operator's pure parts: status patches, conditions, and the rules its RBAC grants."""
+
+from __future__ import annotations
+
+import pytest
+
+from surreal_kube.experiment.resolve import resolve_experiment
+from surreal_kube.launch.kube.client import RESOURCES
+from surreal_kube.launch.kube.render import render_experiment
+from surreal_kube.operator import rbac, reconcile
+
+IMAGES = {"cpu": "registry.test/runtime-cpu:1", "gpu": "registry.test/runtime-cuda:1"}
+
+
+def test_status_patch_nulls_what_disappeared_and_recurses_into_maps() -> None:
+    old = {
+        "phase": "Running",
+        "components": {"agents": {"ready": 2}, "evals": {"ready": 1}},
+        "conditions": [{"type": "Ready"}],
+    }
+    new = {"phase": "Running", "components": {"agents": {"ready": 4}}, "conditions": []}
+    assert reconcile.status_patch(old, new) == {
+        "components": {"agents": {"ready": 4}, "evals": None},
+        "conditions": [],
+    }
+    assert reconcile.status_patch(new, new) == {}
+
+
+def test_conditions_keep_their_transition_time_while_unchanged() -> None:
+    old = [{"type": "Ready", "status": "True", "lastTransitionTime": "2026-01-01T00:00:00Z"}]
+    same = reconcile.merge_conditions(old, [reconcile.condition("Ready", "True", "Running", "ok")])
+    assert same[0]["lastTransitionTime"] == "2026-01-01T00:00:00Z"
+    flipped = reconcile.merge_conditions(
+        old, [reconcile.condition("Ready", "False", "Pending", "")]
+    )
+    assert flipped[0]["lastTransitionTime"] != "2026-01-01T00:00:00Z"
+    both = reconcile.merge_conditions(old, [reconcile.condition("Applied", "True", "Applied", "")])
+    assert [c["type"] for c in both] == ["Applied", "Ready"]
+
+
+@pytest.mark.parametrize(
+    "sets",
+    [
+        [],
+        ["agents.count=8", "agents.batch=4", "resources.agent.gpu=1", "resources.learner.gpu=1"],
+        ["algorithm.name=ddpg", "replay.shards=3", "ps.shards=2", "evals.count=0"],
+    ],
+)
+def test_the_role_covers_every_kind_the_renderer_makes(sets: list[str]) -> None:
+    exp = resolve_experiment("exp-rbac", sets=sets)
+    owner = {"apiVersion": "surreal.ai/v1alpha1", "kind": "Experiment", "name": "e", "uid": "u"}
+    for obj in render_experiment(exp, "ns", owner=owner, images=IMAGES):
+        res = RESOURCES[(obj["apiVersion"], obj["kind"])]
+        group = "" if "/" not in obj["apiVersion"] else obj["apiVersion"].split("/")[0]
+        for verb in ("get", "list", "watch", "create", "patch", "delete"):
+            assert rbac.allows(rbac.RULES, group, res.plural, verb), (obj["kind"], verb)
+
+
+def test_the_role_is_least_privilege() -> None:
+    # never secrets, never cluster-scoped writes, pods read-only, no wildcards
+    for rule in rbac.RULES:
+        assert "*" not in rule["verbs"] and "*" not in rule["resources"]
+        assert "secrets" not in rule["resources"]
+    assert not rbac.allows(rbac.RULES, "", "pods", "create")
+    assert not rbac.allows(rbac.RULES, "", "pods", "delete")
+    assert not rbac.allows(rbac.RULES, "surreal.ai", "experiments", "create")
+    assert rbac.NODE_RULES == [
+        {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "watch"]}
+    ]
