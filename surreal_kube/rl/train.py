@@ -83,6 +83,7 @@ def train(
     *,
     eval_episodes: int = 10,
     eval_interval_steps: int | None = None,
+    target_return: float | None = None,
     updates_per_step: float = 1.0,
     device: str | torch.device | None = None,
     log_dir: str | Path | None = None,
@@ -96,6 +97,7 @@ def train(
         max_env_steps, max_seconds: budgets; at least one must be set here or in `spec.session`.
         eval_episodes: episodes of the final evaluation (and of each periodic one).
         eval_interval_steps: also evaluate every this many env steps (history gets a row each).
+        target_return: stop as soon as a periodic evaluation's mean return reaches this.
         updates_per_step: off-policy (DDPG) learner iterations per env step once sampling starts.
         device: learner device (default: `spec.session.learner_device`); agents follow
             `spec.agents.device`.
@@ -220,6 +222,8 @@ def train(
             history.append(row)
             writer.add_scalars({"charts/eval_return": row["eval_mean_return"]}, env_steps)
             next_eval += eval_interval_steps  # type: ignore[operator]
+            if target_return is not None and row["eval_mean_return"] >= target_return:
+                stop = True
 
     train_seconds = time.perf_counter() - start - eval_seconds
     eval_actor.load_parameters(learner.parameters())
