@@ -75,3 +75,16 @@ class ReplayBuffer(Protocol):
     def sample(self, batch_size: int) -> ArrayDict:
         """A batch: each key stacked along a new leading axis (plus `weights`/`indices` when
         prioritized). FIFO removes what it returns."""
+
+
+class PrioritizedLearner(Learner, Protocol):
+    """A learner whose last `learn` left per-item priorities (|TD error|) for prioritized replay."""
+
+    last_priorities: np.ndarray | None
+
+
+class PrioritizedReplayBuffer(ReplayBuffer, Protocol):
+    """A replay whose batches carry `indices` and `weights`, and whose priorities can be updated."""
+
+    def update_priorities(self, indices: np.ndarray, priorities: np.ndarray) -> None:
+        """Set new priorities for the items at `indices` (from a batch's `indices`)."""

@@ -92,6 +92,27 @@ class UniformReplay:
         self._size = min(self._size + 1, self.capacity)
         return slot
 
+    def add_batch(self, arrays: ArrayDict, count: int) -> np.ndarray:
+        """Store `count` items given stacked (as the wire delivers them); returns their slots."""
+        if count <= 0:
+            return np.zeros(0, dtype=np.int64)
+        if not self._storage:
+            self._allocate({k: np.asarray(v)[0] for k, v in arrays.items()})
+        if arrays.keys() != self._storage.keys():
+            raise ValueError(
+                f"item keys {sorted(arrays.keys())} differ from stored {sorted(self._storage)}"
+            )
+        if count > self.capacity:  # only the newest `capacity` items can be kept
+            arrays = {k: np.asarray(v)[count - self.capacity : count] for k, v in arrays.items()}
+            self._next = (self._next + count - self.capacity) % self.capacity
+            count = self.capacity
+        slots = (self._next + np.arange(count)) % self.capacity
+        for key, value in arrays.items():
+            self._storage[key][slots] = np.asarray(value)[:count]
+        self._next = int((self._next + count) % self.capacity)
+        self._size = min(self._size + count, self.capacity)
+        return slots
+
     def __len__(self) -> int:
         return self._size
 
@@ -142,6 +163,14 @@ class PrioritizedReplay(UniformReplay):
         self._sum[slot] = p
         self._min[slot] = p
         return slot
+
+    def add_batch(self, arrays: ArrayDict, count: int) -> np.ndarray:
+        """Store stacked items, each with the current maximum priority."""
+        slots = super().add_batch(arrays, count)
+        p = self._max_priority**self.alpha
+        self._sum[slots] = p
+        self._min[slots] = p
+        return slots
 
     def sample_indices(self, batch_size: int) -> np.ndarray:
         """Indices drawn with probability proportional to priority^alpha."""

@@ -256,3 +256,37 @@ def test_state_dict_roundtrip_through_checkpoint(tmp_path, pendulum):
     torch.manual_seed(3)
     b = restored.learn(dict(batch))
     assert a["losses/value_loss"] == pytest.approx(b["losses/value_loss"])
+
+
+def test_learning_rate_schedule_and_gradient_clipping(pendulum):
+    cfg = small(
+        lr_schedule={"kind": "linear", "finalFraction": 0.1, "horizon": 2}, max_grad_norm=1e-3
+    )
+    learner = PPOLearner(cfg, pendulum.observation_space, pendulum.action_space, seed=0)
+    actor = PPOActor(cfg, pendulum.observation_space, pendulum.action_space, seed=0)
+    lrs = [
+        learner.learn(stack_items(collect(actor, pendulum, 8)))["ppo/lr_policy"] for _ in range(3)
+    ]
+    assert lrs == pytest.approx([1e-4, 0.55e-4, 0.1e-4])
+    assert learner.opt_baseline.param_groups[0]["lr"] == pytest.approx(0.1e-4)
+    # The policy optimizer only ever sees gradients clipped to max_grad_norm.
+    seen = []
+    step = learner.opt_policy.step
+
+    def recording_step(*args, **kwargs):
+        grads = [p.grad for p in learner.model.actor_parameters() if p.grad is not None]
+        seen.append(torch.linalg.vector_norm(torch.stack([g.norm() for g in grads])).item())
+        return step(*args, **kwargs)
+
+    learner.opt_policy.step = recording_step
+    stats = learner.learn(stack_items(collect(actor, pendulum, 8)))
+    assert stats["ppo/grad_norm"] > 1e-3  # the norm before clipping
+    assert seen and max(seen) <= 1e-3 * 1.001
+
+
+def test_scale_uint8_on_device():
+    from surreal_kube.rl.models import scale_uint8
+
+    x = torch.tensor([0, 128, 255], dtype=torch.uint8)
+    torch.testing.assert_close(scale_uint8(x), torch.tensor([0.0, 128 / 255, 1.0]))
+    assert scale_uint8(torch.tensor([2.0])).item() == 2.0  # floats pass through

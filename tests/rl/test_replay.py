@@ -1,0 +1,62 @@
+"""FIFO and uniform replay buffers, stacking, and batched inserts."""
+
+import numpy as np
+import pytest
+
+from surreal_kube.rl.replay import FIFOReplay, PrioritizedReplay, UniformReplay, stack_items
+
+
+def item(i: int) -> dict:
+    return {"x": np.array([i, i], np.float32), "y": np.array(i, np.int64)}
+
+
+def test_stack_items():
+    batch = stack_items([item(1), item(2)])
+    assert batch["x"].shape == (2, 2) and batch["y"].tolist() == [1, 2]
+    with pytest.raises(ValueError, match="disagree"):
+        stack_items([item(1), {"x": np.zeros(2)}])
+
+
+def test_fifo_pops_oldest_and_drops_when_full():
+    r = FIFOReplay(3)
+    for i in range(5):
+        r.add(item(i))
+    assert len(r) == 3 and r.dropped == 2
+    assert r.sample(2)["y"].tolist() == [2, 3]
+    assert len(r) == 1
+    with pytest.raises(ValueError):
+        r.sample(2)
+
+
+def test_uniform_ring_overwrites_oldest_and_samples_uniformly():
+    r = UniformReplay(4, seed=0)
+    for i in range(6):
+        r.add(item(i))
+    assert len(r) == 4
+    ys = r.sample(40_000)["y"]
+    assert set(ys.tolist()) == {2, 3, 4, 5}
+    np.testing.assert_allclose(np.bincount(ys, minlength=6)[2:] / 40_000, 0.25, atol=0.01)
+    assert len(r) == 4  # sampling does not remove
+
+
+def test_add_batch_equals_adding_one_by_one():
+    one, many = UniformReplay(5, seed=0), UniformReplay(5, seed=0)
+    items = [item(i) for i in range(7)]
+    for it in items:
+        one.add(it)
+    many.add_batch(stack_items(items[:2]), 2)
+    many.add_batch(stack_items(items[2:]), 5)
+    for key in ("x", "y"):
+        np.testing.assert_array_equal(one._storage[key], many._storage[key])
+    assert one._next == many._next and len(one) == len(many) == 5
+    big = UniformReplay(3, seed=0)
+    big.add_batch(stack_items(items), 7)  # more than capacity: keeps the newest
+    assert sorted(big._storage["y"].tolist()) == [4, 5, 6]
+
+
+def test_prioritized_add_batch_gets_max_priority():
+    r = PrioritizedReplay(8, alpha=1.0, seed=0)
+    r.add(item(0))
+    r.update_priorities(np.array([0]), np.array([5.0]))
+    r.add_batch(stack_items([item(1), item(2)]), 2)
+    assert r._sum[1] == pytest.approx(r._sum[0]) == pytest.approx(r._sum[2])
