@@ -12,7 +12,11 @@ Requests carry an id and a time-to-live. A request whose shard died, or that wai
 past its time-to-live, is forgotten by the broker and re-issued by the prefetcher; a late reply is
 still taken (it is data), so nothing is ever stuck.
 
-Backend frames (shard -> broker): `[b"READY"]` or `[b"REPLY", client, *message]`;
+Prioritized replay: a batch names the shard it came from (`meta["shard"]`); the learner sends
+the new priorities of its items back (`priorities` message with that shard index), and the broker
+routes them to that shard, which it knows from the index the shard puts in its credits.
+
+Backend frames (shard -> broker): `[b"READY", b"<shard index>"]` or `[b"REPLY", client, *message]`;
 broker -> shard: `[client, *message]`. The broker never decodes array frames.
 """
 
@@ -26,6 +30,7 @@ import time
 from collections import Counter, deque
 from dataclasses import dataclass
 
+import numpy as np
 import zmq
 
 from surreal_kube.comm import wire
@@ -69,7 +74,9 @@ class SamplerBroker:
         self.requests = 0
         self.replies = 0
         self.expired = 0
+        self.priority_updates = 0
         self.shards_seen: set[bytes] = set()
+        self._shard_by_index: dict[int, bytes] = {}
 
     @property
     def pending(self) -> int:
@@ -98,8 +105,10 @@ class SamplerBroker:
                 return
             shard = frames[0].bytes
             tag = frames[1].bytes if len(frames) > 1 else b""
-            if tag == READY and len(frames) == 2:
+            if tag == READY and len(frames) in (2, 3):
                 self.shards_seen.add(shard)
+                if len(frames) == 3 and frames[2].bytes.isdigit() and len(frames[2].bytes) < 6:
+                    self._shard_by_index[int(frames[2].bytes)] = shard
                 if self._credit_count[shard] < MAX_CREDITS_PER_SHARD:
                     self._credit_count[shard] += 1
                     self._credits.append(shard)
@@ -123,6 +132,9 @@ class SamplerBroker:
             except wire.WireError as exc:
                 self.rejects.add(exc, "sampler")
                 continue
+            if header["k"] == wire.PRIORITIES:
+                self._route_priorities(frames, header["m"])
+                continue
             if header["k"] != wire.SAMPLE or len(frames) != 2:
                 self.rejects.add(wire.WireError("bad-kind", "expected a sample request"), "sampler")
                 continue
@@ -134,6 +146,20 @@ class SamplerBroker:
                 self._pending.popleft()
                 self.expired += 1
             self._pending.append(_Request(frames[0].bytes, frames[1:], time.monotonic() + ttl))
+
+    def _route_priorities(self, frames: list[zmq.Frame], meta: dict) -> None:
+        index = meta.get("shard")
+        shard = self._shard_by_index.get(index) if isinstance(index, int) else None
+        if shard is None or len(frames) != 4:
+            self.rejects.add(
+                wire.WireError("bad-meta", "priorities for an unknown shard"), "sampler"
+            )
+            return
+        try:
+            self.back.send_multipart([shard, *frames], zmq.NOBLOCK, copy=False)
+            self.priority_updates += 1
+        except (zmq.Again, zmq.ZMQError):
+            self.rejects.add(wire.WireError("unroutable", "shard gone"), "sampler")
 
     def _dispatch(self) -> None:
         now = time.monotonic()
@@ -164,9 +190,15 @@ class SamplerBroker:
 
 
 class SampleServer:
-    """A replay shard's sampling side: give credits when ready, take requests, send batches."""
+    """A replay shard's sampling side: give credits when ready, take requests, send batches.
 
-    def __init__(self, addr: str, *, wait_connected: float = 0.0) -> None:
+    Priority updates for this shard arrive on the same socket; `recv_request` sets them aside in
+    `priority_updates` as (indices, priorities) pairs for the shard to apply.
+    """
+
+    def __init__(self, addr: str, *, index: int | None = None, wait_connected: float = 0.0) -> None:
+        self.index = index
+        self.priority_updates: deque[tuple[np.ndarray, np.ndarray]] = deque(maxlen=1024)
         self.sock = make_socket(zmq.DEALER, sndhwm=1024, rcvhwm=1024)
         if wait_connected > 0:
             self.connected = connect_and_wait(self.sock, addr, wait_connected)
@@ -178,26 +210,46 @@ class SampleServer:
 
     def give_credit(self, n: int = 1) -> None:
         """Tell the broker this shard can take `n` more requests."""
+        credit = [READY] if self.index is None else [READY, str(self.index).encode()]
         for _ in range(n):
-            self.sock.send(READY)
+            self.sock.send_multipart(credit)
 
     def recv_request(self) -> tuple[bytes, int, dict] | None:
         """A pending request without waiting: (client, batch size, meta), or None."""
-        try:
-            frames = self.sock.recv_multipart(zmq.NOBLOCK, copy=False)
-        except zmq.Again:
-            return None
-        if len(frames) != 2:
-            self.rejects.add(wire.WireError("bad-envelope", "request frames"), "sampler")
-            return None
-        msg = wire.try_decode(frames[1:], self.rejects, expect=(wire.SAMPLE,), max_bytes=0)
-        if msg is None:
+        while True:
+            try:
+                frames = self.sock.recv_multipart(zmq.NOBLOCK, copy=False)
+            except zmq.Again:
+                return None
+            if len(frames) < 2:
+                self.rejects.add(wire.WireError("bad-envelope", "request frames"), "sampler")
+                continue
+            msg = wire.try_decode(
+                frames[1:], self.rejects, expect=(wire.SAMPLE, wire.PRIORITIES), max_bytes=1 << 26
+            )
+            if msg is None:
+                continue
+            if msg.kind == wire.PRIORITIES:
+                self._take_priorities(msg)
+                continue
+            return self._request(frames[0].bytes, msg)
+
+    def _take_priorities(self, msg: wire.Message) -> None:
+        idx, prio = msg.arrays.get("indices"), msg.arrays.get("priorities")
+        if idx is None or prio is None or idx.shape != prio.shape or idx.ndim != 1:
+            self.rejects.add(wire.WireError("bad-meta", "priorities need indices"), "sampler")
+            return
+        self.priority_updates.append((idx, prio))
+
+    def _request(self, client: bytes, msg: wire.Message) -> tuple[bytes, int, dict] | None:
+        if msg.arrays:
+            self.rejects.add(wire.WireError("bad-meta", "a request carries no arrays"), "sampler")
             return None
         size = msg.meta.get("batch_size")
         if not isinstance(size, int) or isinstance(size, bool) or not 0 < size <= 1 << 24:
             self.rejects.add(wire.WireError("bad-meta", "batch_size"), "sampler")
             return None
-        return frames[0].bytes, size, msg.meta
+        return client, size, msg.meta
 
     def reply(self, client: bytes, meta: dict, arrays: wire.ArrayDict) -> None:
         """Send a batch to the client that asked (through the broker)."""
@@ -241,6 +293,7 @@ class Prefetcher:
         self._stop = threading.Event()
         self._ids = itertools.count()
         self._in_flight: dict[int, float] = {}
+        self._outbox: queue.SimpleQueue[list[object]] = queue.SimpleQueue()
         self.rejects = wire.Rejects(log)
         self.received = 0
         self.reissued = 0
@@ -262,6 +315,14 @@ class Prefetcher:
         """Requests sent and not yet answered."""
         return len(self._in_flight)
 
+    def update_priorities(self, shard: int, indices: np.ndarray, priorities: np.ndarray) -> None:
+        """Send new priorities of a batch's items back to the shard it came from."""
+        arrays = {
+            "indices": np.ascontiguousarray(indices, dtype=np.int64).reshape(-1),
+            "priorities": np.ascontiguousarray(priorities, dtype=np.float64).reshape(-1),
+        }
+        self._outbox.put(wire.encode(wire.PRIORITIES, {"shard": int(shard)}, arrays))
+
     def get(self, timeout: float | None = None) -> wire.Message | None:
         """The next batch message, or None after `timeout` seconds (None: wait forever)."""
         try:
@@ -273,6 +334,8 @@ class Prefetcher:
         sock = make_socket(zmq.DEALER, connect=self.addr, sndhwm=1024, rcvhwm=1024)
         try:
             while not self._stop.is_set():
+                while not self._outbox.empty():
+                    sock.send_multipart(self._outbox.get(), copy=False)
                 self._request_more(sock)
                 if not sock.poll(100, zmq.POLLIN):
                     continue

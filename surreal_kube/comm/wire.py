@@ -54,6 +54,7 @@ UNCHANGED = "unchanged"
 NO_PARAMS = "none"
 SCALARS = "scalars"
 LOG = "log"
+PRIORITIES = "priorities"
 
 _ALLOWED_DTYPES: dict[str, np.dtype] = {}
 for _t in (

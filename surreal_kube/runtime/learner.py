@@ -108,6 +108,11 @@ class LearnerRole(RoleBase):
             if self.learner.iteration == self.resumed_from:
                 log.info("first batch received; learning")
             stats = self.learner.learn(msg.arrays)
+            priorities = getattr(self.learner, "last_priorities", None)
+            if priorities is not None and "indices" in msg.arrays and "shard" in msg.meta:
+                self.prefetcher.update_priorities(
+                    msg.meta["shard"], msg.arrays["indices"], priorities
+                )
             self.items += self.batch_size
             for key, value in stats.items():
                 sums[key] += float(value)

@@ -113,11 +113,14 @@ class ReplayShard(RoleBase):
         # Wait (briefly) for the load balancer, so the log says whether it is reachable and
         # experience is spread over every shard from the first message on.
         self.receiver = ExperienceReceiver(ctx.addr("replay-collector-backend"), wait_connected=5.0)
-        self.server = SampleServer(ctx.addr("replay-sampler-backend"), wait_connected=5.0)
+        self.server = SampleServer(
+            ctx.addr("replay-sampler-backend"), index=ctx.index, wait_connected=5.0
+        )
         self.connected = self.receiver.connected and self.server.connected
         self.pending: deque[tuple[bytes, int, dict[str, Any]]] = deque()
         self.credits_out = 0
         self.layout_errors = 0
+        self.priority_updates = 0
         self._last_request = time.monotonic()
         self._poller = zmq.Poller()
         self._poller.register(self.receiver.sock, zmq.POLLIN)
@@ -147,6 +150,7 @@ class ReplayShard(RoleBase):
                 self.pending.append(req)
                 self.credits_out = max(0, self.credits_out - 1)
                 self._last_request = time.monotonic()
+            self._apply_priorities()
         while self.pending and self.ready(self.pending[0][1]):
             client, size, meta = self.pending.popleft()
             batch = self.store.sample(size)
@@ -162,6 +166,19 @@ class ReplayShard(RoleBase):
             n = CREDITS_PER_SHARD - self.credits_out - len(self.pending)
             self.server.give_credit(n)
             self.credits_out += n
+
+    def _apply_priorities(self) -> None:
+        update = getattr(self.store, "update_priorities", None)
+        while self.server.priority_updates:
+            indices, priorities = self.server.priority_updates.popleft()
+            if update is None:
+                continue  # fifo and uniform stores keep no priorities
+            try:
+                update(indices, priorities)
+                self.priority_updates += 1
+            except (IndexError, ValueError) as exc:
+                self.layout_errors += 1
+                log.warning("dropping a priority update: %s", exc)
 
     def run(self) -> None:
         """Loop until stopped."""
@@ -188,6 +205,7 @@ class ReplayShard(RoleBase):
                         "replay/batches_out_per_s": served_rate.rate(self.server.served),
                         "replay/size": len(self.store),
                         "replay/pending_requests": len(self.pending),
+                        "replay/priority_updates": self.priority_updates,
                         "replay/rejected_messages": self.receiver.rejects.total
                         + self.server.rejects.total
                         + self.layout_errors,

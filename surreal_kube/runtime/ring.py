@@ -149,3 +149,9 @@ class ItemBufferAdapter:
     def sample(self, batch_size: int) -> ArrayDict:
         """The wrapped buffer's sample."""
         return self.buffer.sample(batch_size)
+
+    def update_priorities(self, indices: np.ndarray, priorities: np.ndarray) -> None:
+        """Forward new priorities (prioritized replay only)."""
+        update = getattr(self.buffer, "update_priorities", None)
+        if update is not None:
+            update(indices, priorities)

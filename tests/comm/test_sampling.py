@@ -133,3 +133,52 @@ def test_shard_rejects_bad_batch_sizes(broker):
     finally:
         dealer.close(0)
         shard.close()
+
+
+def test_priorities_reach_the_shard_that_served_the_batch(broker):
+    shards = [SampleServer(broker.back, index=i, wait_connected=5.0) for i in range(2)]
+    prefetcher = Prefetcher(broker.front, batch_size=4, depth=1).start()
+    dealer = make_socket(zmq.DEALER, connect=broker.front)
+    try:
+        for s in shards:
+            s.give_credit(1)
+        req = None
+        deadline = time.monotonic() + 5
+        while req is None and time.monotonic() < deadline:
+            for i, s in enumerate(shards):
+                if s.sock.poll(20) and (got := s.recv_request()) is not None:
+                    req, server, index = got, s, i
+        assert req is not None
+        client, size, meta = req
+        batch = {"obs": np.zeros((size, 3), np.float32), "indices": np.arange(size, dtype=np.int64)}
+        server.reply(client, {"id": meta["id"], "shard": index}, batch)
+        msg = prefetcher.get(timeout=5)
+        assert msg is not None
+        prefetcher.update_priorities(msg.meta["shard"], msg.arrays["indices"], np.full(size, 2.5))
+        # Hostile: priorities for a shard nobody announced, and a non-integer shard.
+        dealer.send_multipart(
+            wire.encode(wire.PRIORITIES, {"shard": 99}, {"indices": np.arange(2)})
+        )
+        dealer.send_multipart(
+            wire.encode(wire.PRIORITIES, {"shard": [1]}, {"indices": np.arange(2)})
+        )
+        deadline = time.monotonic() + 5
+        while not server.priority_updates and time.monotonic() < deadline:
+            if server.sock.poll(50):
+                server.recv_request()
+        assert len(server.priority_updates) == 1
+        indices, priorities = server.priority_updates.popleft()
+        np.testing.assert_array_equal(indices, np.arange(size))
+        np.testing.assert_array_equal(priorities, np.full(size, 2.5))
+        other = shards[1 - index]
+        other.recv_request()
+        assert not other.priority_updates
+        deadline = time.monotonic() + 5
+        while broker.broker.rejects.total < 2 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert broker.broker.rejects.total == 2
+    finally:
+        dealer.close(0)
+        prefetcher.close()
+        for s in shards:
+            s.close()
