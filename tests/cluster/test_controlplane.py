@@ -468,6 +468,20 @@ def test_port_forward_through_apiserver_reaches_a_local_port(
     finally:
         forward.terminate()
         forward.wait(timeout=10)
+
+    # The Python client's port-forward (a websocket to the API server) goes the same way.
+    from kubernetes.stream import portforward
+
+    try:
+        pf = portforward(
+            api.connect_get_namespaced_pod_portforward, "server", kube_namespace, ports="6006"
+        )
+        sock = pf.socket(6006)
+        sock.setblocking(True)
+        sock.sendall(b"hello\n")
+        assert sock.recv(1024) == b"pong: hello\n"
+        sock.close()
+    finally:
         target.close()
 
 
