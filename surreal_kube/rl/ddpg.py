@@ -24,6 +24,7 @@ from surreal_kube.rl.models import DDPGActor as ActorNet
 from surreal_kube.rl.models import DDPGCritic, NumpyMLP
 from surreal_kube.rl.noise import agent_sigma, make_noise
 from surreal_kube.rl.observations import canonical, flatten_obs, obs_shapes, unflatten_obs
+from surreal_kube.rl.optim import adam
 from surreal_kube.rl.params import arrays_to_state, state_to_arrays
 from surreal_kube.rl.trajectory import NStepWriter
 
@@ -177,10 +178,8 @@ class DDPGLearner:
         ).to(self.device)
         self.actor_target = copy.deepcopy(self.actor).requires_grad_(False)
         self.critics_target = copy.deepcopy(self.critics).requires_grad_(False)
-        self.opt_actor = torch.optim.Adam(self.actor.parameters(), lr=config.lr_actor)
-        self.opt_critic = torch.optim.Adam(
-            self.critics.parameters(), lr=config.lr_critic, weight_decay=config.critic_l2
-        )
+        self.opt_actor = adam(self.actor.parameters(), config.lr_actor)
+        self.opt_critic = adam(self.critics.parameters(), config.lr_critic, config.critic_l2)
         self.z_filter = _z_filter(config, obs_space)
         self.iteration = 0
         self.last_priorities: np.ndarray | None = None

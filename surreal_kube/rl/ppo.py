@@ -25,6 +25,7 @@ from surreal_kube.rl.gae import gae, normalize_advantages
 from surreal_kube.rl.interfaces import ArrayDict
 from surreal_kube.rl.models import NumpyMLP, PPOModel
 from surreal_kube.rl.observations import canonical, flatten_obs, obs_shapes, unflatten_obs
+from surreal_kube.rl.optim import adam
 from surreal_kube.rl.params import arrays_to_state, state_to_arrays
 from surreal_kube.rl.schedules import schedule_from_config
 from surreal_kube.rl.trajectory import SubTrajectoryWriter
@@ -91,9 +92,7 @@ class PPOActor:
         # Plain MLP policies on the CPU act through a numpy copy (see NumpyMLP): same numbers,
         # several times faster per observation.
         self._fast = (
-            self.device.type == "cpu"
-            and self.model.rnn is None
-            and self.model.encoder.cnn is None
+            self.device.type == "cpu" and self.model.rnn is None and self.model.encoder.cnn is None
         )
         self._refresh_fast()
         self.reset()
@@ -221,8 +220,13 @@ class PPOLearner:
         self.dist = make_distribution(action_space)
         self.model = build_model(config, obs_space, action_space).to(self.device)
         self.ref_model = copy.deepcopy(self.model).requires_grad_(False)
-        self.opt_policy = torch.optim.Adam(self.model.actor_parameters(), lr=config.lr_policy)
-        self.opt_baseline = torch.optim.Adam(self.model.critic_parameters(), lr=config.lr_baseline)
+        self._actor_params = self.model.actor_parameters()
+        self._critic_params = self.model.critic_parameters()
+        self.opt_policy = adam(self._actor_params, config.lr_policy)
+        self.opt_baseline = adam(self._critic_params, config.lr_baseline)
+        # Actor and critic share no parameters unless a stem (CNN, LSTM) sits under both: then
+        # the two updates can be fused over individual steps (see _epochs_flat).
+        self._flat = self.model.rnn is None and self.model.encoder.cnn is None
         self.lr_scale = schedule_from_config(config.lr_schedule, 1.0)
         self.z_filter = _z_filter(config, obs_space)
         self.r_filter = RewardFilter() if config.use_r_filter else None
@@ -380,55 +384,14 @@ class PPOLearner:
         train_mask = self._tensor(train_mask_np)
         explained = losses.explained_variance(self._tensor(values), returns_t, train_mask)
 
-        minibatches = min(cfg.minibatches, b)
-        policy_stats: dict[str, torch.Tensor] = {}
-        epochs_run = 0
-        kl = float("nan")
-        grad_norm = 0.0
-        for _ in range(cfg.epochs_policy):
-            for idx in torch.randperm(b, device=self.device).chunk(minibatches):
-                feats = self._forward(self.model, data, idx)[:, :h]
-                info = self.model.policy_info(feats)
-                logp = self.dist.log_prob(info, data["actions"][idx])
-                m = train_mask[idx]
-                if cfg.mode == "clip":
-                    loss, policy_stats = losses.ppo_clip_loss(
-                        logp, data["behaviour_logp"][idx], adv_t[idx], self.clip_epsilon, m
-                    )
-                else:
-                    kl_ref = self.dist.kl(ref_info[idx], info)
-                    loss, policy_stats = losses.ppo_adapt_loss(
-                        logp,
-                        data["behaviour_logp"][idx],
-                        adv_t[idx],
-                        kl_ref,
-                        self.beta,
-                        cfg.kl_target,
-                        cfg.kl_cutoff_coeff,
-                        m,
-                    )
-                entropy = losses.masked_mean(self.dist.entropy(info), m)
-                loss = loss - cfg.entropy_coeff * entropy
-                self.opt_policy.zero_grad(set_to_none=True)
-                loss.backward()
-                grad_norm = self._clip(self.model.actor_parameters())
-                self.opt_policy.step()
-                policy_stats["loss"] = loss.detach()
-                policy_stats["entropy"] = entropy.detach()
-            epochs_run += 1
-            if cfg.early_stop_kl is not None or epochs_run == cfg.epochs_policy:
-                kl = self._kl_to_ref(data, ref_info, train_mask)
-                if cfg.early_stop_kl is not None and kl > cfg.early_stop_kl * cfg.kl_target:
-                    break
-
-        for _ in range(cfg.epochs_baseline):
-            for idx in torch.randperm(b, device=self.device).chunk(minibatches):
-                v = self.model.value(self._forward(self.model, data, idx)[:, :h])
-                vloss = losses.value_loss(v, returns_t[idx], train_mask[idx])
-                self.opt_baseline.zero_grad(set_to_none=True)
-                vloss.backward()
-                self._clip(self.model.critic_parameters())
-                self.opt_baseline.step()
+        if self._flat:
+            epochs_run, kl, grad_norm, policy_stats, vloss = self._epochs_flat(
+                data, ref_info, adv_t, returns_t, train_mask
+            )
+        else:
+            epochs_run, kl, grad_norm, policy_stats, vloss = self._epochs_sequences(
+                data, ref_info, adv_t, returns_t, train_mask
+            )
 
         steps = int(train_mask_np.sum())
         self.iteration += 1
@@ -442,7 +405,7 @@ class PPOLearner:
         stats.update(
             {
                 "losses/policy_loss": float(policy_stats.get("loss", float("nan"))),
-                "losses/value_loss": float(vloss.detach()),
+                "losses/value_loss": float(vloss),
                 "losses/approx_kl": kl,
                 "losses/explained_variance": explained,
                 "ppo/clip_epsilon": self.clip_epsilon,
@@ -459,6 +422,156 @@ class PPOLearner:
         )
         stats.pop("losses/loss", None)
         return stats
+
+    def _policy_loss(
+        self,
+        info: torch.Tensor,
+        actions: torch.Tensor,
+        behaviour_logp: torch.Tensor,
+        adv: torch.Tensor,
+        ref_info: torch.Tensor,
+        mask: torch.Tensor | None,
+    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """Surrogate (clip or adaptive KL) minus the entropy bonus, with its statistics."""
+        cfg = self.config
+        logp = self.dist.log_prob(info, actions)
+        if cfg.mode == "clip":
+            loss, stats = losses.ppo_clip_loss(logp, behaviour_logp, adv, self.clip_epsilon, mask)
+        else:
+            kl_ref = self.dist.kl(ref_info, info)
+            loss, stats = losses.ppo_adapt_loss(
+                logp,
+                behaviour_logp,
+                adv,
+                kl_ref,
+                self.beta,
+                cfg.kl_target,
+                cfg.kl_cutoff_coeff,
+                mask,
+            )
+        entropy = losses.masked_mean(self.dist.entropy(info), mask)
+        loss = loss - cfg.entropy_coeff * entropy
+        stats["loss"] = loss.detach()
+        stats["entropy"] = entropy.detach()
+        return loss, stats
+
+    def _stop_early(self, kl: float) -> bool:
+        cfg = self.config
+        return cfg.early_stop_kl is not None and kl > cfg.early_stop_kl * cfg.kl_target
+
+    def _epochs_sequences(
+        self,
+        data: dict[str, Any],
+        ref_info: torch.Tensor,
+        adv: torch.Tensor,
+        returns: torch.Tensor,
+        train_mask: torch.Tensor,
+    ) -> tuple[int, float, float, dict[str, torch.Tensor], torch.Tensor]:
+        """Policy epochs, then baseline epochs, over minibatches of whole sub-trajectories.
+
+        Used when the stems (LSTM, CNN) are shared by actor and critic, or with an LSTM that
+        must run over each sub-trajectory in order.
+        """
+        cfg = self.config
+        b, h = data["b"], data["h"]
+        minibatches = min(cfg.minibatches, b)
+        stats: dict[str, torch.Tensor] = {}
+        epochs_run, kl, grad_norm = 0, float("nan"), 0.0
+        for _ in range(cfg.epochs_policy):
+            for idx in torch.randperm(b, device=self.device).chunk(minibatches):
+                info = self.model.policy_info(self._forward(self.model, data, idx)[:, :h])
+                loss, stats = self._policy_loss(
+                    info,
+                    data["actions"][idx],
+                    data["behaviour_logp"][idx],
+                    adv[idx],
+                    ref_info[idx],
+                    train_mask[idx],
+                )
+                self.opt_policy.zero_grad(set_to_none=True)
+                loss.backward()
+                grad_norm = self._clip(self._actor_params)
+                self.opt_policy.step()
+            epochs_run += 1
+            if cfg.early_stop_kl is not None or epochs_run == cfg.epochs_policy:
+                kl = self._kl_to_ref(data, ref_info, train_mask)
+                if self._stop_early(kl):
+                    break
+        vloss = torch.tensor(float("nan"))
+        for _ in range(cfg.epochs_baseline):
+            for idx in torch.randperm(b, device=self.device).chunk(minibatches):
+                v = self.model.value(self._forward(self.model, data, idx)[:, :h])
+                vloss = losses.value_loss(v, returns[idx], train_mask[idx])
+                self.opt_baseline.zero_grad(set_to_none=True)
+                vloss.backward()
+                self._clip(self._critic_params)
+                self.opt_baseline.step()
+        return epochs_run, kl, grad_norm, stats, vloss.detach()
+
+    def _epochs_flat(
+        self,
+        data: dict[str, Any],
+        ref_info: torch.Tensor,
+        adv: torch.Tensor,
+        returns: torch.Tensor,
+        train_mask: torch.Tensor,
+    ) -> tuple[int, float, float, dict[str, torch.Tensor], torch.Tensor]:
+        """Policy and baseline epochs over minibatches of individual (owned) steps, fused.
+
+        Without a shared stem the actor and the critic have disjoint parameters and optimizers,
+        and advantages and returns are fixed for the iteration, so a policy epoch and a baseline
+        epoch do not influence each other: running them interleaved, with one backward pass for
+        both losses, gives the same updates as running them one after the other, at half the
+        per-step overhead. The policy stops early on KL; the baseline keeps its epochs.
+        """
+        cfg = self.config
+        h = data["h"]
+        owned = train_mask > 0
+        obs = {k: v[:, :h][owned] for k, v in data["seq"].items()}
+        actions = data["actions"][owned]
+        behaviour_logp = data["behaviour_logp"][owned]
+        adv, returns, ref_info = adv[owned], returns[owned], ref_info[owned]
+        n = actions.shape[0]
+        minibatches = max(min(cfg.minibatches, n), 1)
+        stats: dict[str, torch.Tensor] = {}
+        epochs_run, kl, grad_norm = 0, float("nan"), 0.0
+        vloss = torch.tensor(float("nan"))
+        policy_on = True
+        for epoch in range(max(cfg.epochs_policy, cfg.epochs_baseline)):
+            do_policy = policy_on and epoch < cfg.epochs_policy
+            do_value = epoch < cfg.epochs_baseline
+            if not (do_policy or do_value):
+                break
+            for idx in torch.randperm(n, device=self.device).chunk(minibatches):
+                mb = {k: v[idx] for k, v in obs.items()}
+                features = self.model.encoder(mb)
+                loss = torch.zeros((), device=self.device)
+                if do_policy:
+                    info = self.model.policy_info(features)
+                    ploss, stats = self._policy_loss(
+                        info, actions[idx], behaviour_logp[idx], adv[idx], ref_info[idx], None
+                    )
+                    loss = loss + ploss
+                if do_value:
+                    vloss = losses.value_loss(self.model.value(features), returns[idx])
+                    loss = loss + vloss
+                self.opt_policy.zero_grad(set_to_none=True)
+                self.opt_baseline.zero_grad(set_to_none=True)
+                loss.backward()
+                if do_policy:
+                    grad_norm = self._clip(self._actor_params)
+                    self.opt_policy.step()
+                if do_value:
+                    self._clip(self._critic_params)
+                    self.opt_baseline.step()
+            if do_policy:
+                epochs_run += 1
+                if cfg.early_stop_kl is not None or epochs_run == cfg.epochs_policy:
+                    with torch.no_grad():
+                        info = self.model.policy_info(self.model.encoder(obs))
+                        kl = float(self.dist.kl(ref_info, info).mean())
+                    policy_on = not self._stop_early(kl)
+        return epochs_run, kl, grad_norm, stats, vloss.detach()
 
     def _clip(self, params: list[torch.nn.Parameter]) -> float:
         if self.config.max_grad_norm is None:
