@@ -290,3 +290,23 @@ def test_scale_uint8_on_device():
     x = torch.tensor([0, 128, 255], dtype=torch.uint8)
     torch.testing.assert_close(scale_uint8(x), torch.tensor([0.0, 128 / 255, 1.0]))
     assert scale_uint8(torch.tensor([2.0])).item() == 2.0  # floats pass through
+
+
+@pytest.mark.parametrize("mode", ["clip", "adapt"])
+def test_fused_flat_epochs_equal_sequential_epochs(pendulum, mode):
+    """With no shared stem, fusing policy and baseline epochs must not change the update."""
+    cfg = PPOConfig(mode=mode, epochs_policy=3, epochs_baseline=3, minibatches=1, lr_policy=1e-3)
+    actor = PPOActor(cfg, pendulum.observation_space, pendulum.action_space, seed=0)
+    batch = stack_items(collect(actor, pendulum, 8))
+    fused = PPOLearner(cfg, pendulum.observation_space, pendulum.action_space, seed=0)
+    sequential = PPOLearner(cfg, pendulum.observation_space, pendulum.action_space, seed=0)
+    assert fused._flat
+    sequential._flat = False
+    a = fused.learn(dict(batch))
+    b = sequential.learn(dict(batch))
+    for (name, p), q in zip(
+        fused.model.named_parameters(), sequential.model.parameters(), strict=True
+    ):
+        torch.testing.assert_close(p, q, rtol=1e-4, atol=1e-6, msg=name)
+    assert a["losses/approx_kl"] == pytest.approx(b["losses/approx_kl"], rel=1e-3, abs=1e-7)
+    assert a["losses/value_loss"] == pytest.approx(b["losses/value_loss"], rel=1e-4)
