@@ -113,3 +113,8 @@ def test_pixel_observation_dict_uint8_channels_first(pixel_env):
         obs, *_ = pixel_env.step(pixel_env.action_space.sample())
     np.testing.assert_array_equal(obs["pixel"][:3].shape, first.shape)
     assert not np.array_equal(obs["pixel"][3:], first)  # the newest frame is last
+
+
+def test_check_env_renders_pixel_specs():
+    obs_space, _ = check_env(EnvSpec(id="gym:InvertedPendulum-v5", pixel=True), "ppo")
+    assert isinstance(obs_space, gym.spaces.Dict) and obs_space["pixel"].shape == (3, 84, 84)
