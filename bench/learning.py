@@ -1,0 +1,273 @@
+"""Benchmark of the learning core: single-process PPO against Stable-Baselines3, same run.
+
+    python bench/learning.py [--quick] [--gpu]
+
+For HalfCheetah-v5 and Ant-v5, our single-process trainer (`surreal_kube.rl.train`) and SB3's PPO
+each train for the same wall-clock budget (600 s each in full mode, a few seconds with --quick)
+with matching settings: 64-64 tanh MLPs, Adam 3e-4, gamma 0.99, GAE lambda 0.95, clip 0.2 (our
+adaptive clip range pinned to 0.2), 10 epochs, minibatches of about 64 steps from about 2048 steps
+per update, gradient norm 0.5, initial log std 0, observations whitened by running statistics (our
+ZFilter; SB3's VecNormalize with reward normalization off), one environment, one torch thread.
+
+Rows:
+- env steps/s over the whole training run (acting and learning), higher is better;
+- return gain over a uniformly random policy after the budget: mean deterministic return over the
+  evaluation episodes minus the random policy's mean return (measured in the same run), so that
+  the ratio is meaningful for tasks whose raw returns start negative.
+
+--gpu adds learner updates/s on CUDA against the CPU (all cores) for the same batches: PPO batches
+of 64 and 512 sub-trajectories, DDPG batches of 512 and 4096 transitions. Without CUDA those rows
+are skipped with a message. Writes bench/results/learning.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from common import Row, print_table, write_results
+
+ENVS = ("HalfCheetah-v5", "Ant-v5")
+PPO_SETTINGS = {
+    "gamma": 0.99,
+    "lam": 0.95,
+    "lrPolicy": 3e-4,
+    "lrBaseline": 3e-4,
+    "clipEpsilon": 0.2,
+    "clipRange": [0.2, 0.2],
+    "epochsPolicy": 10,
+    "epochsBaseline": 10,
+    "batchSize": 100,  # 100 windows x 20 owned steps = 2000 steps per update
+    "minibatches": 32,  # ~3 windows, ~62 steps per minibatch
+    "maxGradNorm": 0.5,
+    "initLogSig": 0.0,
+    "hiddenSizes": [64, 64],
+}
+
+
+def spec_for(env_id: str, seed: int = 0):
+    """Our experiment spec with the matching settings."""
+    from surreal_kube.experiment.spec import ExperimentSpec
+
+    return ExperimentSpec.model_validate(
+        {
+            "algorithm": {"name": "ppo", **PPO_SETTINGS},
+            "env": {"id": f"gym:{env_id}"},
+            "agents": {"count": 1, "batch": 1},
+            "replay": {"kind": "fifo", "capacity": 4096, "startSampling": 1},
+            "session": {"seed": seed, "learnerDevice": "cpu"},
+        }
+    )
+
+
+def run_ours(env_id: str, budget: float, episodes: int) -> tuple[float, float]:
+    """(env steps/s, mean deterministic return) of our trainer after `budget` seconds."""
+    from surreal_kube.rl.train import train
+
+    result = train(spec_for(env_id), max_seconds=budget, eval_episodes=episodes, device="cpu")
+    return result.env_steps_per_second, result.eval_mean_return
+
+
+def run_sb3(env_id: str, budget: float, episodes: int) -> tuple[float, float]:
+    """(env steps/s, mean deterministic return) of SB3 PPO after `budget` seconds."""
+    import gymnasium as gym
+    from stable_baselines3 import PPO
+    from stable_baselines3.common.callbacks import BaseCallback
+    from stable_baselines3.common.evaluation import evaluate_policy
+    from stable_baselines3.common.vec_env import DummyVecEnv, VecNormalize
+
+    class Deadline(BaseCallback):
+        def __init__(self, seconds: float) -> None:
+            super().__init__()
+            self.seconds = seconds
+            self.start = 0.0
+
+        def _on_training_start(self) -> None:
+            self.start = time.perf_counter()
+
+        def _on_step(self) -> bool:
+            return time.perf_counter() - self.start < self.seconds
+
+    env = VecNormalize(
+        DummyVecEnv([lambda: gym.make(env_id)]), norm_obs=True, norm_reward=False, gamma=0.99
+    )
+    model = PPO(
+        "MlpPolicy",
+        env,
+        n_steps=2048,
+        batch_size=64,
+        n_epochs=10,
+        learning_rate=3e-4,
+        gamma=0.99,
+        gae_lambda=0.95,
+        clip_range=0.2,
+        max_grad_norm=0.5,
+        policy_kwargs={"net_arch": {"pi": [64, 64], "vf": [64, 64]}, "log_std_init": 0.0},
+        device="cpu",
+        seed=0,
+        verbose=0,
+    )
+    start = time.perf_counter()
+    model.learn(total_timesteps=10**9, callback=Deadline(budget))
+    elapsed = time.perf_counter() - start
+    steps = model.num_timesteps
+    eval_env = VecNormalize(
+        DummyVecEnv([lambda: gym.make(env_id)]), norm_obs=True, norm_reward=False, training=False
+    )
+    eval_env.obs_rms = env.obs_rms.copy()
+    eval_env.seed(200_000)
+    mean, _ = evaluate_policy(
+        model, eval_env, n_eval_episodes=episodes, deterministic=True, warn=False
+    )
+    return steps / elapsed, float(mean)
+
+
+def random_return(env_id: str, episodes: int) -> float:
+    """Mean return of uniformly random actions (the zero point of the return rows)."""
+    import gymnasium as gym
+
+    env = gym.make(env_id)
+    env.action_space.seed(0)
+    total = []
+    for episode in range(episodes):
+        env.reset(seed=300_000 + episode)
+        ret, done = 0.0, False
+        while not done:
+            _, r, terminated, truncated, _ = env.step(env.action_space.sample())
+            ret += float(r)
+            done = terminated or truncated
+        total.append(ret)
+    env.close()
+    return float(np.mean(total))
+
+
+def learner_updates_per_second(algorithm: str, batch: int, device: str, seconds: float) -> float:
+    """Learner iterations/s on `device` for synthetic batches shaped like HalfCheetah's."""
+    import gymnasium as gym
+
+    from surreal_kube.rl.config import DDPGConfig, PPOConfig
+    from surreal_kube.rl.ddpg import DDPGLearner
+    from surreal_kube.rl.ppo import PPOLearner
+
+    obs_space = gym.spaces.Box(-np.inf, np.inf, (17,), np.float32)
+    act_space = gym.spaces.Box(-1.0, 1.0, (6,), np.float32)
+    rng = np.random.default_rng(0)
+    f32 = np.float32
+    if algorithm == "ppo":
+        cfg = PPOConfig()
+        learner = PPOLearner(cfg, obs_space, act_space, device, seed=0)
+        h = cfg.horizon
+        info = np.concatenate(
+            [rng.normal(size=(batch, h, 6)), np.full((batch, h, 6), cfg.init_log_sig)], axis=-1
+        )
+        data = {
+            "obs/low_dim": rng.normal(size=(batch, h, 17)).astype(f32),
+            "bootstrap/low_dim": rng.normal(size=(batch, 17)).astype(f32),
+            "actions": rng.normal(size=(batch, h, 6)).astype(f32),
+            "rewards": rng.normal(size=(batch, h)).astype(f32),
+            "terminals": np.zeros((batch, h), f32),
+            "behaviour_logp": rng.normal(-5, 1, size=(batch, h)).astype(f32),
+            "action_info": info.astype(f32),
+            "mask": np.ones((batch, h), f32),
+            "train_mask": np.concatenate(
+                [np.ones((batch, cfg.stride)), np.zeros((batch, h - cfg.stride))], axis=1
+            ).astype(f32),
+        }
+    else:
+        learner = DDPGLearner(DDPGConfig(batch_size=batch), obs_space, act_space, device, seed=0)
+        data = {
+            "obs/low_dim": rng.normal(size=(batch, 17)).astype(f32),
+            "next_obs/low_dim": rng.normal(size=(batch, 17)).astype(f32),
+            "actions": rng.uniform(-1, 1, size=(batch, 6)).astype(f32),
+            "rewards": rng.normal(size=batch).astype(f32),
+            "terminals": np.zeros(batch, f32),
+            "discounts": np.full(batch, 0.99**3, f32),
+        }
+    learner.learn(dict(data))  # warm-up (CUDA context, kernels, allocator)
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+    n, start = 0, time.perf_counter()
+    while time.perf_counter() - start < seconds:
+        learner.learn(dict(data))
+        n += 1
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+    return n / (time.perf_counter() - start)
+
+
+def gpu_rows(quick: bool) -> list[Row]:
+    """Learner updates/s, CUDA against CPU, or no rows (with a message) without CUDA."""
+    if not torch.cuda.is_available():
+        print("--gpu: no CUDA device visible; GPU rows skipped", file=sys.stderr)
+        return []
+    torch.set_num_threads(os.cpu_count() or 1)
+    seconds = 2.0 if quick else 10.0
+    rows = []
+    for algorithm, batch in (("ppo", 64), ("ppo", 512), ("ddpg", 512), ("ddpg", 4096)):
+        gpu = learner_updates_per_second(algorithm, batch, "cuda", seconds)
+        cpu = learner_updates_per_second(algorithm, batch, "cpu", seconds)
+        rows.append(
+            Row(
+                f"{algorithm} learner updates/s, batch {batch} (GPU vs CPU)",
+                gpu,
+                cpu,
+                "updates/s",
+                "higher",
+            )
+        )
+    return rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--quick", action="store_true", help="short run, under a minute")
+    parser.add_argument("--gpu", action="store_true", help="also learner updates/s, GPU vs CPU")
+    parser.add_argument(
+        "--budget", type=float, help="seconds per training run (overrides the mode)"
+    )
+    parser.add_argument("--episodes", type=int, help="evaluation episodes (overrides the mode)")
+    args = parser.parse_args()
+    budget = args.budget or (5.0 if args.quick else 600.0)
+    episodes = args.episodes or (2 if args.quick else 10)
+    torch.set_num_threads(1)
+    rows: list[Row] = []
+    for env_id in ENVS:
+        base = random_return(env_id, episodes)
+        ours_sps, ours_ret = run_ours(env_id, budget, episodes)
+        ref_sps, ref_ret = run_sb3(env_id, budget, episodes)
+        label = f"{budget:.0f} s"
+        rows.append(
+            Row(f"{env_id} PPO env steps/s (vs SB3)", ours_sps, ref_sps, "steps/s", "higher")
+        )
+        rows.append(
+            Row(
+                f"{env_id} PPO return gain over random @ {label} (vs SB3)",
+                ours_ret - base,
+                ref_ret - base,
+                "return",
+                "higher",
+            )
+        )
+        print(
+            f"{env_id}: random {base:.1f}, ours {ours_ret:.1f}, SB3 {ref_ret:.1f} (mean return)",
+            file=sys.stderr,
+        )
+    if args.gpu:
+        rows += gpu_rows(args.quick)
+    print_table("learning", rows)
+    print(f"wrote {write_results('learning', rows)}")
+
+
+if __name__ == "__main__":
+    main()
