@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
 from surreal_kube.cli import spec_options as so
 from surreal_kube.cli.output import result
-from surreal_kube.errors import SpecError
+from surreal_kube.errors import LaunchError, SpecError
 
 Namespace = Annotated[
     str | None,
@@ -39,6 +39,40 @@ Images = Annotated[
 ]
 
 
+Discover = Annotated[
+    bool,
+    typer.Option(
+        "--discover",
+        help="Read the node pools from the nodes of the current kube context (other settings "
+        "from --profile) and check placement against them.",
+    ),
+]
+Context = Annotated[
+    str | None,
+    typer.Option("--context", help="kubeconfig context for --discover.", show_default=False),
+]
+
+
+def cluster_profile(profile: Path | None, discover: bool, context: str | None) -> Any:
+    """The profile file, with its pools replaced by the live cluster's when `discover`."""
+    from surreal_kube.launch.kube.profile import discover_profile, load_profile
+
+    base = load_profile(profile) if profile is not None else None
+    if not discover:
+        return base
+    from kubernetes import config
+    from kubernetes.config.config_exception import ConfigException
+
+    try:
+        api = config.new_client_from_config(context=context)
+    except (ConfigException, OSError, ValueError, TypeError) as exc:
+        raise LaunchError(
+            f"cannot load the Kubernetes configuration for --discover: {exc}"
+        ) from exc
+    with api:
+        return discover_profile(api, base)
+
+
 def parse_images(pairs: list[str] | None) -> dict[str, str]:
     """`["cpu=repo:tag"]` -> {"cpu": "repo:tag"} (SpecError on a malformed pair)."""
     out: dict[str, str] = {}
@@ -62,6 +96,8 @@ def render(
     output: Annotated[str, typer.Option("--output", "-o", help="yaml or json.")] = "yaml",
     namespace: Namespace = None,
     profile: Profile = None,
+    discover: Discover = False,
+    context: Context = None,
     images: Images = None,
 ) -> None:
     """Print the experiment's Kubernetes objects (ConfigMap, volume, Services, workloads).
@@ -75,14 +111,15 @@ def render(
       surreal-kube render exp-ppo-ant --num-agents 8 --agent-batch 4 -n rl
 
       surreal-kube render exp-ppo-ant --profile gke.yaml -o json
+
+      surreal-kube render exp-ppo-ant --discover --set resources.learner.gpu=1
     """
     if output not in ("yaml", "json"):
         raise typer.BadParameter(f"must be yaml or json, got {output!r}", param_hint="--output")
-    from surreal_kube.launch.kube.profile import load_profile
     from surreal_kube.launch.kube.render import dump_objects, render_experiment
 
     exp = so.resolve_from_cli(name, files, algorithm, env, num_agents, num_evals, agent_batch, sets)
-    cluster = load_profile(profile) if profile is not None else None
+    cluster = cluster_profile(profile, discover, context)
     chosen = parse_images(images)
     unknown = sorted(set(chosen) - set(exp.spec.images))
     if unknown:

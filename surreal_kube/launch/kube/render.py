@@ -162,8 +162,8 @@ def dump_objects(objects: list[Mapping[str, Any]], output: str = "yaml") -> str:
     )
 
 
-class _Dumper(yaml.SafeDumper):
-    """SafeDumper that prints multi-line strings (the spec in the ConfigMap) as `|` blocks."""
+class _Dumper(getattr(yaml, "CSafeDumper", yaml.SafeDumper)):  # type: ignore[misc]
+    """Safe dumper (libyaml's when present) printing multi-line strings as `|` blocks."""
 
 
 def _str(dumper: yaml.SafeDumper, value: str) -> yaml.ScalarNode:

@@ -12,6 +12,8 @@
 from __future__ import annotations
 
 import contextlib
+import subprocess
+import sys
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -247,3 +249,22 @@ def test_applied_experiment_schedules_wires_and_deletes(
         return True
 
     wait_for("everything garbage-collected", gone, timeout=120)
+
+
+def test_render_discover_checks_against_the_live_nodes(kube_cluster: Any) -> None:
+    args = [sys.executable, "-m", "surreal_kube.cli.main", "render", "exp", "--discover"]
+    args += ["--image", "cpu=a:b", "--image", "gpu=c:d", "--set", "resources.agent.gpu=1"]
+    ok = subprocess.run(args, capture_output=True, text=True, env=kube_cluster.env(), timeout=120)
+    assert ok.returncode == 0, ok.stderr
+    assert "cloud.google.com/gke-nodepool: gpu-pool" in ok.stdout
+    refused = subprocess.run(
+        [*args, "--num-agents", "9"],
+        capture_output=True,
+        text=True,
+        env=kube_cluster.env(),
+        timeout=120,
+    )
+    assert refused.returncode == 2
+    assert refused.stderr.startswith(
+        "error: cannot place agents (agent): 9 pods of cpu 1, memory 1Gi, nvidia.com/gpu 1"
+    )

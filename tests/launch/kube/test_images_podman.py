@@ -96,6 +96,16 @@ def test_unchanged_is_kept_changed_is_rebuilt_and_the_image_runs(
             assert "usage: surreal-kube-role" in done.stdout and "replay-shard" in done.stdout
             who = engine.podman("run", "--rm", "--network=host", p.reference, "id", "-u")
             assert who.stdout.strip() == "10001"  # non-root by default
+        templates = engine.podman(
+            "run",
+            "--rm",
+            "--network=host",
+            first[0].reference,
+            "sh",
+            "-c",
+            "ls /opt/surreal/lib/python3*/site-packages/surreal_kube/launch/kube/templates",
+        )
+        assert "statefulset.yaml.j2" in templates.stdout.split()  # package data is installed
 
         # unchanged context: same tags, nothing rebuilt
         built.clear()
