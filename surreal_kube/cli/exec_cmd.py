@@ -9,6 +9,7 @@ import typer
 
 from surreal_kube.cli import kube_view as kv
 from surreal_kube.cli import spec_options as so
+from surreal_kube.errors import LaunchError
 
 
 def exec_(
@@ -45,5 +46,7 @@ def exec_(
     sys.stdout.write(done.stdout)
     sys.stderr.write(done.stderr)
     sys.stdout.flush()
+    if done.error:
+        raise LaunchError(f"{where.pod}/{where.container}: {done.error}")
     if done.code:
         raise typer.Exit(done.code)

@@ -10,6 +10,9 @@ Logs and exec go through the API server (the kubelet behind it), never through k
 
 from __future__ import annotations
 
+import contextlib
+import json
+import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -108,6 +111,8 @@ class ExecResult:
     stdout: str
     stderr: str
     code: int
+    error: str | None = None
+    """Why the command could not run at all (the API server's or kubelet's words)."""
 
 
 def exec_in(
@@ -145,8 +150,37 @@ def exec_in(
             raise LaunchError(f"{' '.join(command)} in {target.pod} ran past {timeout:.0f}s")
         out = ws.read_stdout(timeout=0) or ""
         err = ws.read_stderr(timeout=0) or ""
-        code = ws.returncode
+        code, message = exit_status(ws.read_channel(ERROR_CHANNEL, timeout=0) or "")
         ws.close()
     except ApiException as e:
         raise LaunchError(f"cannot exec in {target.pod}/{target.container}: {e.reason}") from e
-    return ExecResult(out, err, 0 if code is None else int(code))
+    return ExecResult(out, err, code, message)
+
+
+ERROR_CHANNEL = 3
+_EXIT_STATUS = re.compile(r"exit status (\d+)\s*$")
+
+
+def exit_status(status_text: str) -> tuple[int, str | None]:
+    """(exit code, error message) from the exec stream's status channel (a `Status` object).
+
+    A kubelet names the code in `details.causes` (reason ExitCode); some (kwok) only say
+    "... exit status N" in the message; anything else is a failure to run the command: 1.
+    """
+    if not status_text.strip():
+        return 0, None
+    try:
+        status = json.loads(status_text)
+    except ValueError:
+        return 1, status_text.strip()
+    if status.get("status") == "Success":
+        return 0, None
+    message = str(status.get("message") or "")
+    for cause in (status.get("details") or {}).get("causes") or []:
+        if cause.get("reason") == "ExitCode":
+            with contextlib.suppress(TypeError, ValueError):
+                return int(cause.get("message")), None
+    match = _EXIT_STATUS.search(message)
+    if match:
+        return int(match.group(1)), None
+    return 1, message or "the command could not run"

@@ -326,3 +326,20 @@ def test_resource_paths() -> None:
     assert resource("surreal.ai/v1alpha1", "Experiment").path("ns", "e", "scale") == (
         "/apis/surreal.ai/v1alpha1/namespaces/ns/experiments/e/scale"
     )
+
+
+def test_exec_exit_status_from_the_status_channel() -> None:
+    from surreal_kube.launch.kube.pods import exit_status
+
+    assert exit_status("") == (0, None)
+    assert exit_status('{"metadata":{},"status":"Success"}') == (0, None)
+    kubelet = (
+        '{"status":"Failure","reason":"NonZeroExitCode","message":"command terminated with '
+        'non-zero exit code: error executing command [false], exit code 2","details":{"causes":'
+        '[{"reason":"ExitCode","message":"2"}]}}'
+    )
+    assert exit_status(kubelet) == (2, None)
+    kwok = '{"status":"Failure","message":"error executing command in container: cmd wait: sh: exit status 3"}'
+    assert exit_status(kwok) == (3, None)
+    missing = '{"status":"Failure","message":"no exec found for container \\"agents\\""}'
+    assert exit_status(missing) == (1, 'no exec found for container "agents"')
