@@ -26,8 +26,8 @@ from surreal_kube.launch.kube.client import resource
 from tests.operator.support import (
     IMAGE_ARGS,
     KINDS,
-    TINY,
     ROOT,
+    TINY,
     fail_pod,
     names_of,
     objects_of,
