@@ -136,7 +136,7 @@ def run_ps_shard(env: dict[str, str], stop: Any) -> None:
         role.close()
 
 
-def run_sender(addr: str, raw: bool, stop: Any, seed: int) -> None:
+def run_sender(addr: str, raw: bool, ready: Any, stop: Any, seed: int) -> None:
     """An agent sending batches of BATCH transitions as fast as it can."""
     batch = transitions(BATCH, seed)
     if raw:
@@ -144,6 +144,7 @@ def run_sender(addr: str, raw: bool, stop: Any, seed: int) -> None:
 
         sock = make_socket(zmq.PUSH, connect=addr, sndhwm=64)
         frames = [batch["obs"], batch["action"], batch["reward"], batch["done"]]
+        ready.put(True)
         while not stop.is_set():
             for _ in range(100):
                 sock.send_multipart(frames, copy=False)
@@ -152,6 +153,7 @@ def run_sender(addr: str, raw: bool, stop: Any, seed: int) -> None:
     from surreal_kube.comm.experience import ExperienceSender
 
     sender = ExperienceSender(addr, timeout=5.0)
+    ready.put(True)
     while not stop.is_set():
         for _ in range(100):
             sender.send_stacked(batch, BATCH)
@@ -271,9 +273,11 @@ def experience(mpc: Any, seconds: float, raw: bool) -> float:
             _wait_shards(ready)
             addr = envs["agents-0"]["SURREAL_REPLAY_COLLECTOR_ADDR"]
             expected = SHARDS
-        time.sleep(2.0)  # imports and connections
-        senders = [_spawn(mpc, run_sender, addr, raw, stop, s) for s in range(SENDERS)]
-        time.sleep(1.0)  # warm-up
+        started = mpc.Queue()
+        senders = [_spawn(mpc, run_sender, addr, raw, started, stop, s) for s in range(SENDERS)]
+        for _ in range(SENDERS):
+            started.get(timeout=120)
+        time.sleep(0.5)  # warm-up
         window.set()
         time.sleep(seconds)
         stop.set()
@@ -378,7 +382,7 @@ def parameters(mpc: Any, rounds: int, raw: bool) -> float:
         agents = _spawn(mpc, run_agents, client_addr, raw, rounds, ready, None, out)
         for _ in range(AGENTS):
             ready.get(timeout=60)
-        time.sleep(2.0)  # connections (and for ours: the ps shard's subscription)
+        time.sleep(1.0)  # connections (and for ours: the ps shard's subscription)
         published = []
         for r in range(rounds):
             params = {"w": np.full(PARAM_BYTES // 4, r, np.float32)}
@@ -387,7 +391,7 @@ def parameters(mpc: Any, rounds: int, raw: bool) -> float:
                 pub.send_multipart([b"params", params["w"]], copy=False)
             else:
                 publisher.publish(params, iteration=r, copy=False)
-            time.sleep(0.5)
+            time.sleep(0.3)
         arrived = out.get(timeout=60)
         agents.join(10)
         stop.set()
@@ -416,7 +420,7 @@ def best_of(reps: int, measure: Any, better: str) -> tuple[float, float]:
 def main() -> None:
     """Measure, print the table, write bench/results/comm.json."""
     args = parse_args(__doc__.splitlines()[0])
-    seconds = 3.0 if args.quick else 8.0
+    seconds = 2.0 if args.quick else 8.0
     rounds = 5 if args.quick else 15
     reps = 1 if args.quick else 3
     mpc = mp.get_context("spawn")
