@@ -1,8 +1,15 @@
-"""The Kubernetes backend: from an experiment to cluster objects.
+"""The Kubernetes backend: from an experiment to cluster objects, and their life on the cluster.
 
-- `render`: Jinja templates -> plain object dicts (`render_experiment`), deterministic.
-- `placement`: node pools (from a `profile` file or the live cluster) and the pre-flight fit check.
-- `images`: which images to build, content-hash tags, builds and pushes through the docker SDK.
+Rendering, placement and images:
+- `render`: Jinja templates (`templates/`, one per kind) -> plain object dicts, deterministic;
+  `naming` derives every name and label, `ownership` makes one root object own the rest;
+- `profile` and `placement`: node pools (a profile file or the live nodes) and the pre-flight
+  check that every component fits; `gpus` shares a pod's GPUs out among its containers;
+- `images` and `buildcontext`: which images to build, content-hash tags, builds and pushes
+  through the docker SDK.
+
+Life cycle (the `create`/`status`/`delete` verbs and the operator): `client`, `apply`, `status`
+and the modules beside them.
 
 Nothing here imports the `kubernetes` or `docker` packages at module level, so `--help` stays fast.
 """
