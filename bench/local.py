@@ -1,0 +1,220 @@
+"""Benchmark of the main job: a whole local experiment against one process, same machine, same run.
+
+    python bench/local.py [--quick]
+
+PPO on HalfCheetah-v5 with 2 agents and 1 eval, as local processes (`create --local`): the
+steady-state env steps/s of the agents (measured from their progress files over a window after
+every role is up), against
+- the single-process trainer (`surreal_kube.rl.train`) with the same spec, and
+- the raw environment: random actions in one process, no policy, no learning.
+It also reports where the agents' time goes (env, inference, experience hand-off, sockets) from
+the agents' own timers. In full mode both the local experiment and the single-process trainer
+train for 10 minutes of wall-clock and the mean eval return after that is compared; the local
+run's learning curve is printed. Writes bench/results/local.json.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from common import Row, parse_args, print_table, write_results
+
+ENV = "gym:HalfCheetah-v5"
+SK = [sys.executable, "-m", "surreal_kube.cli.main"]
+
+
+def raw_env_rate(seconds: float) -> float:
+    """Steps/s of the bare environment with random actions."""
+    import gymnasium as gym
+
+    env = gym.make(ENV.split(":", 1)[1])
+    env.reset(seed=0)
+    env.action_space.seed(0)
+    actions = [env.action_space.sample() for _ in range(1000)]
+    steps, start = 0, time.perf_counter()
+    while time.perf_counter() - start < seconds:
+        _, _, term, trunc, _ = env.step(actions[steps % 1000])
+        steps += 1
+        if term or trunc:
+            env.reset()
+    return steps / (time.perf_counter() - start)
+
+
+def single_process(seconds: float) -> tuple[float, float]:
+    """(env steps/s, mean eval return) of the single-process trainer on the same spec."""
+    from surreal_kube.experiment.resolve import resolve_experiment
+    from surreal_kube.rl.train import train
+
+    exp = resolve_experiment("bench-single", flags={"env.id": ENV, "agents.count": 2})
+    result = train(exp.spec, max_seconds=seconds, eval_episodes=3)
+    return result.env_steps_per_second, result.eval_mean_return
+
+
+def _agents_steps(folder: Path) -> tuple[int, float]:
+    total, latest = 0, 0.0
+    for path in folder.glob("status/agents-*.json"):
+        data = json.loads(path.read_text())
+        total += sum(int(v) for v in (data.get("env_steps_per_agent") or {}).values())
+        latest = max(latest, float(data.get("updated_at") or 0.0))
+    return total, latest
+
+
+def local_experiment(warmup_timeout: float, window: float, total: float | None) -> dict:
+    """Run the local experiment detached; measure the steady rate over `window` seconds."""
+    root = Path(tempfile.mkdtemp(prefix="bench-local-"))
+    budget = total if total else warmup_timeout + window + 30
+    cmd = [
+        *SK,
+        "create",
+        "bench-local",
+        "--local",
+        "--detach",
+        "--root",
+        str(root),
+        "--env",
+        ENV,
+        "--num-agents",
+        "2",
+        "--num-evals",
+        "1",
+        "--max-time",
+        str(budget),
+    ]
+    res = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    if res.returncode:
+        raise SystemExit(f"create failed: {res.stderr}")
+    folder = Path(res.stdout.strip())
+    out: dict = {"folder": str(folder)}
+    try:
+        deadline = time.time() + warmup_timeout
+        while time.time() < deadline:  # every role up: the learner has iterated
+            learner = (
+                json.loads((folder / "status/learner.json").read_text())
+                if (folder / "status/learner.json").exists()
+                else {}
+            )
+            if learner.get("iteration", 0) >= 1:
+                break
+            time.sleep(1)
+        s0, t0 = _agents_steps(folder)
+        time.sleep(window)
+        s1, t1 = _agents_steps(folder)
+        out["rate"] = (s1 - s0) / max(1e-6, t1 - t0)
+        splits = {}
+        for path in folder.glob("status/agents-*.json"):
+            data = json.loads(path.read_text())
+            for k, v in (data.get("extra", {}).get("time_split") or {}).items():
+                splits[k] = splits.get(k, 0.0) + float(v)
+        out["time_split"] = splits
+        if total:
+            while json.loads((folder / "state.json").read_text()).get("phase") in (
+                "Starting",
+                "Running",
+            ):
+                time.sleep(2)
+            summary = json.loads((folder / "results/summary.json").read_text())
+            out["summary"] = summary
+            curve = folder / "results/curve.jsonl"
+            out["curve"] = (
+                [json.loads(line) for line in curve.read_text().splitlines()]
+                if curve.exists()
+                else []
+            )
+    finally:
+        subprocess.run(
+            [*SK, "delete", "bench-local", "--root", str(root), "--keep-files"],
+            capture_output=True,
+            timeout=120,
+        )
+        if not total:
+            shutil.rmtree(root, ignore_errors=True)
+    return out
+
+
+def main() -> None:
+    args = parse_args(__doc__.splitlines()[0])
+    quick = args.quick
+    rows: list[Row] = []
+    raw = raw_env_rate(3.0 if quick else 10.0)
+    single_rate, single_return = single_process(15.0 if quick else 600.0)
+    local = local_experiment(
+        warmup_timeout=60.0 if quick else 120.0,
+        window=10.0 if quick else 60.0,
+        total=None if quick else 600.0,
+    )
+    rows.append(
+        Row(
+            "env steps/s: local experiment vs single-process trainer",
+            local["rate"],
+            single_rate,
+            "steps/s",
+            "higher",
+        )
+    )
+    rows.append(
+        Row(
+            "env steps/s: local experiment vs raw env (random actions, 1 process)",
+            local["rate"],
+            raw,
+            "steps/s",
+            "higher",
+        )
+    )
+    if "summary" in local:
+        summary = local["summary"]
+        rows.append(
+            Row(
+                "mean eval return after 10 min: local vs single-process",
+                summary.get("final_return") or float("nan"),
+                single_return,
+                "return",
+                "higher",
+            )
+        )
+    print_table("local", rows)
+    split = local.get("time_split") or {}
+    if split:
+        total = sum(split.values()) or 1.0
+        print(
+            "where the agents' time goes: "
+            + ", ".join(
+                f"{k} {100 * v / total:.0f}%"
+                for k, v in sorted(split.items(), key=lambda kv: -kv[1])
+            )
+        )
+    if local.get("curve"):
+        print("learning curve (env steps, minutes, eval return):")
+        for p in local["curve"]:
+            print(f"  {p['env_steps']:>9,}  {p['wall_time'] / 60:5.1f}  {p['eval_return']:9.1f}")
+        print(f"results: {local['folder']}/results")
+    path = write_results("local", rows)
+    extra = path.with_name("local.details.json")
+    extra.write_text(
+        json.dumps(
+            {
+                "time_split": split,
+                "single_return": single_return,
+                "raw_env_rate": raw,
+                **{k: v for k, v in local.items() if k != "curve"},
+            },
+            indent=2,
+            default=str,
+        )
+        + "\n"
+    )
+    print(f"wrote {path}")
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    main()
