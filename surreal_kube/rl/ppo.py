@@ -11,6 +11,7 @@ range / penalty coefficient at each refresh.
 from __future__ import annotations
 
 import copy
+import math
 from typing import Any, Literal
 
 import gymnasium as gym
@@ -532,7 +533,11 @@ class PPOLearner:
         behaviour_logp = data["behaviour_logp"][owned]
         adv, returns, ref_info = adv[owned], returns[owned], ref_info[owned]
         n = actions.shape[0]
-        minibatches = max(min(cfg.minibatches, n), 1)
+        # Minibatches have the size they would have in a batch of full windows, so a batch that
+        # holds fewer steps (short episodes end windows early) gets fewer gradient steps, not
+        # smaller minibatches: the work per env step stays the same whatever the episode length.
+        size = max(math.ceil(cfg.batch_size * cfg.stride / cfg.minibatches), 1)
+        minibatches = max(math.ceil(n / size), 1)
         stats: dict[str, torch.Tensor] = {}
         epochs_run, kl, grad_norm = 0, float("nan"), 0.0
         vloss = torch.tensor(float("nan"))

@@ -310,3 +310,24 @@ def test_fused_flat_epochs_equal_sequential_epochs(pendulum, mode):
         torch.testing.assert_close(p, q, rtol=1e-4, atol=1e-6, msg=name)
     assert a["losses/approx_kl"] == pytest.approx(b["losses/approx_kl"], rel=1e-3, abs=1e-7)
     assert a["losses/value_loss"] == pytest.approx(b["losses/value_loss"], rel=1e-4)
+
+
+def test_minibatches_keep_their_size_when_episodes_are_short(pendulum):
+    """Short episodes leave windows partly empty: fewer gradient steps, not tinier minibatches."""
+    cfg = PPOConfig(batch_size=8, minibatches=4, epochs_policy=1, epochs_baseline=1)
+    actor = PPOActor(cfg, pendulum.observation_space, pendulum.action_space, seed=0)
+    full = stack_items(collect(actor, pendulum, 8))
+    half = dict(full)
+    half["train_mask"] = full["train_mask"].copy()
+    half["train_mask"][:, 10:] = 0.0  # 10 owned steps per window instead of 20
+    counts = []
+    for batch in (full, half):
+        learner = PPOLearner(cfg, pendulum.observation_space, pendulum.action_space, seed=0)
+        calls = []
+        step = learner.opt_policy.step
+        learner.opt_policy.step = lambda *a, step=step, calls=calls, **k: (
+            calls.append(1) or step(*a, **k)
+        )
+        learner.learn(dict(batch))
+        counts.append(len(calls))
+    assert counts == [4, 2]  # minibatches of 8 * 20 / 4 = 40 steps: 160 -> 4, 80 -> 2
