@@ -246,7 +246,7 @@ def run_kube(
         result(dump_objects(applied, "yaml"))
         return
     info(f"creating {name} in namespace {plan.namespace} (context {kube.context}) {via}")
-    cluster.create(kube, plan, progress=info if not plan.via_operator else None)
+    cluster.create(kube, plan, progress=info)
     if not wait:
         _next_steps(name, plan.namespace)
         return

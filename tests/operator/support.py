@@ -139,12 +139,12 @@ def normalized(obj: dict[str, Any]) -> dict[str, Any]:
         keep["annotations"] = annotations
     owners = meta.get("ownerReferences") or []
     keep["ownerKinds"] = sorted(o["kind"] for o in owners)
-    return {
-        "apiVersion": obj["apiVersion"],
-        "kind": obj["kind"],
-        "metadata": keep,
-        **{k: v for k, v in obj.items() if k not in ("apiVersion", "kind", "metadata", "status")},
-    }
+    body = {k: v for k, v in obj.items() if k not in ("apiVersion", "kind", "metadata", "status")}
+    if obj["kind"] == "Service":  # addresses the server allocates
+        body["spec"] = {
+            k: v for k, v in body["spec"].items() if k not in ("clusterIP", "clusterIPs")
+        }
+    return {"apiVersion": obj["apiVersion"], "kind": obj["kind"], "metadata": keep, **body}
 
 
 def pod_uid(kube: Kube, group: str, name: str) -> str:

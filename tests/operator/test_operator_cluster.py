@@ -1,0 +1,422 @@
+"""The operator as a process against the test control plane, reconciling `Experiment` objects.
+
+Each test runs `python -m surreal_kube.operator --namespace <its namespace>` (as the chart's
+Deployment does) and drives it the way users do: the CLI, `kubectl`, edits of the object,
+deleted and failing pods, and a kill of the operator itself.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from surreal_kube.experiment.resolve import resolve_experiment
+from surreal_kube.launch.kube import naming
+from surreal_kube.launch.kube.client import EXPERIMENT, InvalidError, resource
+from surreal_kube.launch.kube.cluster import experiment_object
+from surreal_kube.launch.kube.profile import load_profile
+from surreal_kube.launch.kube.render import render_experiment
+from tests.operator.support import (
+    IMAGE_ARGS,
+    IMAGES,
+    KINDS,
+    SPEC_IMAGES,
+    TINY,
+    connect,
+    ensure_crd,
+    fail_pod,
+    kubectl,
+    names_of,
+    normalized,
+    objects_of,
+    pod_uid,
+    profile_file,
+    running_operator,
+    running_pods,
+    sk,
+    wait_for,
+)
+
+pytestmark = pytest.mark.cluster
+
+POD = resource("v1", "Pod")
+STS = resource("apps/v1", "StatefulSet")
+DEPLOY = resource("apps/v1", "Deployment")
+SVC = resource("v1", "Service")
+TINY_SETS = [a for a in TINY if a != "--set"]
+
+
+@pytest.fixture
+def kube(kube_cluster: Any, kube_namespace: str) -> Any:
+    k = connect(kube_cluster, kube_namespace)
+    ensure_crd(k)
+    return k
+
+
+def reported(kube: Any, name: str) -> dict[str, Any]:
+    return (kube.get_or_none(EXPERIMENT, name) or {}).get("status") or {}
+
+
+def running(kube: Any, name: str) -> dict[str, Any] | None:
+    st = reported(kube, name)
+    return st if st.get("phase") == "Running" else None
+
+
+def create_object(kube: Any, name: str, *sets: str) -> dict[str, Any]:
+    """An Experiment object as a user would apply it (kubectl apply of a resolved spec)."""
+    exp = resolve_experiment(name, sets=[*SPEC_IMAGES, *TINY_SETS, *sets])
+    obj = experiment_object(exp, kube.namespace)
+    return kube.apply(obj)
+
+
+def test_operator_makes_what_the_cli_makes_and_reports_it(
+    kube_cluster: Any, kube_namespace: str, kube: Any, tmp_path: Path
+) -> None:
+    ns, name = kube_namespace, "exp-op"
+    profile = str(profile_file(tmp_path))
+    args = [
+        "create",
+        name,
+        "-n",
+        ns,
+        "--profile",
+        profile,
+        *IMAGE_ARGS,
+        *TINY,
+        "--num-agents",
+        "4",
+        "--agent-batch",
+        "2",
+    ]
+    # first the CLI applies it directly: the reference objects
+    res = sk(kube_cluster, *args, "--direct")
+    assert res.returncode == 0, res.stderr
+    direct = {
+        f"{o['kind']}/{o['metadata']['name']}": normalized(o)
+        for o in objects_of(kube, name, KINDS[:4])
+    }
+    assert sk(kube_cluster, "delete", name, "--wait", "-n", ns).returncode == 0
+
+    with running_operator(kube_cluster, ns, tmp_path, "--profile", profile):
+        res = sk(kube_cluster, *args)
+        assert res.returncode == 0, res.stderr
+        assert "through the operator" in res.stderr and "applied Experiment/exp-op" in res.stderr
+        assert f"{name} is running: 9/9 pods, 4/4 agents" in res.stderr
+        via = {
+            f"{o['kind']}/{o['metadata']['name']}": normalized(o)
+            for o in objects_of(kube, name, KINDS[:4])
+        }
+        assert sorted(via) == sorted(direct)
+        for key, obj in via.items():
+            want = dict(direct[key])
+            want["metadata"] = {**want["metadata"], "ownerKinds": ["Experiment"]}
+            if key == f"ConfigMap/{name}-config":
+                assert obj["metadata"]["ownerKinds"] == ["Experiment"]  # not the root any more
+            assert obj == want, key
+        cr = kube.get(EXPERIMENT, name)
+        for obj in objects_of(kube, name, KINDS[:4]):
+            (ref,) = obj["metadata"]["ownerReferences"]
+            assert ref["uid"] == cr["metadata"]["uid"] and ref["kind"] == "Experiment"
+
+        st = wait_for("the status", lambda: running(kube, name))
+        assert st["ready"] == "9/9" and st["agents"] == "4/4" and st["agentsReady"] == 4
+        assert st["components"]["agents"] == {
+            "desired": 2,
+            "ready": 2,
+            "restarts": 0,
+            "pending": {},
+        }
+        assert st["observedGeneration"] == cr["metadata"]["generation"]
+        conds = {c["type"]: c for c in st["conditions"]}
+        assert conds["Applied"]["status"] == "True" and conds["Ready"]["status"] == "True"
+
+        # what roles report on their pods reaches the status and kubectl's columns
+        learner = running_pods(kube, name, "learner")[0]
+        kube.patch(
+            POD,
+            learner,
+            {
+                "metadata": {
+                    "annotations": {
+                        "surreal.ai/progress": json.dumps(
+                            {"iterations": 42, "state": "running", "last_eval_return": 12.5}
+                        )
+                    }
+                }
+            },
+        )
+        wait_for(
+            "the learner's iteration", lambda: reported(kube, name).get("learnerIteration") == 42
+        )
+        out = kubectl(kube_cluster, "get", "experiments", "-n", ns)
+        assert out.returncode == 0, out.stderr
+        header, row = out.stdout.strip().splitlines()
+        assert header.split() == [
+            "NAME",
+            "PHASE",
+            "READY",
+            "AGENTS",
+            "GPUS",
+            "ITERATION",
+            "RETURN",
+            "AGE",
+        ]
+        assert row.split()[:7] == [name, "Running", "9/9", "4/4", "0", "42", "12.5"]
+        wide = kubectl(kube_cluster, "get", "exp", name, "-n", ns, "-o", "wide").stdout
+        assert (
+            "ALGORITHM" in wide
+            and "gym:HalfCheetah-v5" in wide
+            and "all 9 pods are running" in wide
+        )
+
+        # the CLI reads it the same way
+        listing = json.loads(sk(kube_cluster, "list", "-n", ns, "-o", "json").stdout)
+        assert [(r["name"], r["via"], r["phase"], r["learnerIteration"]) for r in listing] == [
+            (name, "operator", "Running", 42)
+        ]
+        status = json.loads(sk(kube_cluster, "status", name, "-n", ns, "-o", "json").stdout)
+        assert status["via"] == "operator" and status["evalReturn"] == 12.5
+
+        # delete: one delete of the Experiment, everything goes through ownership
+        res = sk(kube_cluster, "delete", name, "--wait", "-n", ns)
+        assert res.returncode == 0, res.stderr
+        assert objects_of(kube, name) == [] and kube.get_or_none(EXPERIMENT, name) is None
+
+
+def test_spec_edits_are_followed_without_touching_the_learner(
+    kube_cluster: Any, kube_namespace: str, kube: Any, tmp_path: Path
+) -> None:
+    ns, name = kube_namespace, "exp-edit"
+    with running_operator(kube_cluster, ns, tmp_path, "--profile", str(profile_file(tmp_path))):
+        create_object(kube, name, "agents.count=4", "agents.batch=2", "evals.count=1")
+        wait_for("Running", lambda: running(kube, name))
+        learner = pod_uid(kube, "learner", name)
+        generation = kube.get(DEPLOY, f"{name}-learner")["metadata"]["generation"]
+
+        res = sk(kube_cluster, "scale", name, "--agents", "8", "--wait", "-n", ns)
+        assert res.returncode == 0, res.stderr
+        assert "the operator applies it" in res.stderr
+        assert running_pods(kube, name, "agents") == [f"{name}-agents-{i}" for i in range(4)]
+        assert kube.get(EXPERIMENT, name)["spec"]["agents"]["count"] == 8
+        wait_for("agents 8/8", lambda: reported(kube, name).get("agents") == "8/8")
+
+        # kubectl scale goes through the same scale subresource; the CRD refuses a bad count
+        out = kubectl(kube_cluster, "scale", "experiment", name, "-n", ns, "--replicas", "2")
+        assert out.returncode == 0, out.stderr
+        wait_for(
+            "one agent pod", lambda: running_pods(kube, name, "agents") == [f"{name}-agents-0"]
+        )
+        out = kubectl(kube_cluster, "scale", "experiment", name, "-n", ns, "--replicas", "3")
+        assert out.returncode != 0 and "agents.batch must divide agents.count" in out.stderr
+        with pytest.raises(InvalidError, match=r"agents\.batch must divide agents\.count"):
+            kube.patch(EXPERIMENT, name, {"spec": {"agents": {"count": 5}}})
+
+        # evals: removed, then two of them
+        kube.patch(EXPERIMENT, name, {"spec": {"evals": {"count": 0}}})
+        wait_for("the evals to go", lambda: kube.get_or_none(STS, f"{name}-evals") is None)
+        wait_for(
+            "Running without evals",
+            lambda: (s := running(kube, name)) and "evals" not in s["components"],
+        )
+        kube.patch(EXPERIMENT, name, {"spec": {"evals": {"count": 2}}})
+        wait_for(
+            "two evals",
+            lambda: running_pods(kube, name, "evals") == [f"{name}-evals-0", f"{name}-evals-1"],
+        )
+
+        assert pod_uid(kube, "learner", name) == learner
+        assert kube.get(DEPLOY, f"{name}-learner")["metadata"]["generation"] == generation
+        generation = kube.get(EXPERIMENT, name)["metadata"]["generation"]
+        wait_for(
+            "the last edit to be observed",
+            lambda: (s := running(kube, name)) and s.get("observedGeneration") == generation,
+        )
+
+
+def test_what_disappears_is_recreated_and_failures_are_counted(
+    kube_cluster: Any, kube_namespace: str, kube: Any, tmp_path: Path
+) -> None:
+    ns, name = kube_namespace, "exp-heal"
+    with running_operator(kube_cluster, ns, tmp_path, "--profile", str(profile_file(tmp_path))):
+        create_object(kube, name)
+        wait_for("Running", lambda: running(kube, name))
+        before = names_of(objects_of(kube, name, KINDS[:4]))
+        # a workload and a Service deleted by hand come back
+        kube.delete(STS, f"{name}-agents")
+        kube.delete(SVC, f"{name}-replay")
+        wait_for(
+            "the objects to be recreated",
+            lambda: names_of(objects_of(kube, name, KINDS[:4])) == before,
+        )
+        wait_for(
+            "Running again",
+            lambda: running(kube, name) and len(running_pods(kube, name, "agents")) == 2,
+        )
+        # a deleted agent pod is recreated (by its StatefulSet) and is not a failure
+        kube.delete(POD, f"{name}-agents-1")
+        wait_for("agents-1 back", lambda: f"{name}-agents-1" in running_pods(kube, name, "agents"))
+        # a pod made to fail by kwok is replaced and counted as a restart
+        fail_pod(kube, f"{name}-agents-0")
+        record = wait_for(
+            "the failure to be counted",
+            lambda: reported(kube, name).get("replacements", {}).get(f"{name}-agents-0"),
+        )
+        assert record["count"] == 1
+        st = wait_for(
+            "Running with the restart",
+            lambda: (s := running(kube, name)) and s["restarts"] == 1 and s,
+        )
+        assert st["components"]["agents"]["restarts"] == 1 and st["learnerRestarts"] == 0
+        status = json.loads(sk(kube_cluster, "status", name, "-n", ns, "-o", "json").stdout)
+        assert status["processes"][f"{name}-agents-0"]["restarts"] == 1
+        assert status["processes"][f"{name}-agents-1"]["restarts"] == 0
+
+
+def test_a_learner_out_of_restarts_fails_the_experiment(
+    kube_cluster: Any, kube_namespace: str, kube: Any, tmp_path: Path
+) -> None:
+    ns, name = kube_namespace, "exp-crash"
+    with running_operator(
+        kube_cluster,
+        ns,
+        tmp_path,
+        "--profile",
+        str(profile_file(tmp_path)),
+        "--learner-max-restarts",
+        "1",
+    ):
+        create_object(kube, name)
+        wait_for("Running", lambda: running(kube, name))
+        fail_pod(kube, running_pods(kube, name, "learner")[0])
+        st = wait_for(
+            "one learner restart",
+            lambda: (s := running(kube, name)) and s["learnerRestarts"] == 1 and s,
+        )
+        assert st["phase"] == "Running"
+        fail_pod(kube, wait_for("the new learner", lambda: running_pods(kube, name, "learner"))[0])
+        st = wait_for("Failed", lambda: (s := reported(kube, name)).get("phase") == "Failed" and s)
+        assert st["reason"] == (
+            "the learner exhausted its 1 restarts (last: failed: container learner exited with code 1 "
+            "(containerFailed)); its workloads were scaled to 0, data and logs are kept"
+        )
+        conds = {c["type"]: c for c in st["conditions"]}
+        assert conds["Failed"]["reason"] == "LearnerRestartsExhausted"
+        for obj in objects_of(kube, name, [STS, DEPLOY]):
+            assert obj["spec"]["replicas"] == 0, obj["metadata"]["name"]
+        wait_for(
+            "no running pods",
+            lambda: (
+                not any(
+                    p["status"].get("phase") == "Running" for p in objects_of(kube, name, [POD])
+                )
+            ),
+        )
+        # it stays Failed (no re-apply brings the pods back), and the CLI says why
+        time.sleep(3)
+        assert reported(kube, name)["phase"] == "Failed"
+        res = sk(kube_cluster, "status", name, "-n", ns)
+        assert "phase Failed" in res.stdout and "exhausted its 1 restarts" in res.stdout
+
+
+def test_an_operator_killed_mid_reconcile_converges_after_a_restart(
+    kube_cluster: Any, kube_namespace: str, kube: Any, tmp_path: Path
+) -> None:
+    ns, name = kube_namespace, "exp-kill"
+    profile = str(profile_file(tmp_path))
+    exp = resolve_experiment(name, sets=[*SPEC_IMAGES, *TINY_SETS, "agents.count=3"])
+    expected = names_of(render_experiment(exp, ns, images=IMAGES, profile=load_profile(profile)))
+    with running_operator(kube_cluster, ns, tmp_path, "--profile", profile) as op:
+        create_object(kube, name, "agents.count=3")
+        # freeze it the moment its first object lands, then kill it
+        wait_for(
+            "the first object",
+            lambda: objects_of(kube, name, [resource("v1", "ConfigMap")]),
+            every=0.005,
+        )
+        os.killpg(op.proc.pid, signal.SIGSTOP)
+        partial = names_of(objects_of(kube, name, KINDS[:4]))
+        op.stop(signal.SIGKILL)
+        print(f"killed with {len(partial)}/{len(expected)} objects applied: {partial}")
+        assert partial != [] and set(partial) <= set(expected)
+        time.sleep(1)
+        assert names_of(objects_of(kube, name, KINDS[:4])) == partial  # nobody else applies
+        op.start()
+        wait_for("Running after the restart", lambda: running(kube, name), timeout=90)
+        assert names_of(objects_of(kube, name, KINDS[:4])) == expected
+        assert len(running_pods(kube, name, "agents")) == 3
+        # and a second restart changes nothing
+        uids = {o["metadata"]["uid"] for o in objects_of(kube, name, KINDS[:4])}
+        op.stop()
+        op.start()
+        time.sleep(5)
+        assert {o["metadata"]["uid"] for o in objects_of(kube, name, KINDS[:4])} == uids
+        assert running(kube, name)
+
+
+def test_an_experiment_that_cannot_be_placed_is_refused_and_create_leaves_nothing(
+    kube_cluster: Any, kube_namespace: str, kube: Any, tmp_path: Path
+) -> None:
+    ns, name = kube_namespace, "exp-huge"
+    with running_operator(kube_cluster, ns, tmp_path, "--profile", str(profile_file(tmp_path))):
+        create_object(kube, name, "resources.learner.gpu=8")
+        cond = wait_for(
+            "Applied=False",
+            lambda: next(
+                (c for c in reported(kube, name).get("conditions", []) if c["type"] == "Applied"),
+                None,
+            ),
+        )
+        assert cond["status"] == "False" and cond["reason"] == "InvalidSpec"
+        assert (
+            "cannot place learner" in cond["message"]
+            and "nvidia.com/gpu 4 per node" in cond["message"]
+        )
+        assert objects_of(kube, name, KINDS[:4]) == []
+        kube.delete(EXPERIMENT, name)
+        # the CLI, told to skip its own pre-flight, hears the operator's refusal and cleans up
+        res = sk(
+            kube_cluster,
+            "create",
+            name,
+            "-n",
+            ns,
+            "--profile",
+            str(profile_file(tmp_path)),
+            *IMAGE_ARGS,
+            *TINY,
+            "--set",
+            "resources.learner.gpu=8",
+            "--skip-preflight",
+        )
+        assert res.returncode == 1
+        assert f"the operator cannot apply {name}: cannot place learner" in res.stderr
+        assert f"{name} was deleted again" in res.stderr
+        assert kube.get_or_none(EXPERIMENT, name) is None and objects_of(kube, name) == []
+
+
+def test_without_an_operator_create_does_not_wait_forever(
+    kube_cluster: Any, kube_namespace: str, kube: Any, tmp_path: Path
+) -> None:
+    ns, name = kube_namespace, "exp-alone"
+    res = sk(
+        kube_cluster,
+        "create",
+        name,
+        "-n",
+        ns,
+        "--profile",
+        str(profile_file(tmp_path)),
+        *IMAGE_ARGS,
+        *TINY,
+    )
+    assert res.returncode == 1
+    assert "no operator picked up exp-alone within 30s" in res.stderr
+    assert "use --direct" in res.stderr
+    assert kube.get_or_none(EXPERIMENT, name) is None
+    assert naming.config_name(name) not in {o["metadata"]["name"] for o in objects_of(kube, name)}
