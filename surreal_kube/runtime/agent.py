@@ -6,7 +6,10 @@ state: partial sub-trajectories, recurrent state), all sharing the process's par
 experience sender. Parameters are fetched per `agents.fetchMode` (each episode start, or every
 `fetchInterval` steps); experience is sent `agents.flushIteration` items at a time.
 
-If the parameter server or replay is down, the agents keep stepping: a failed fetch keeps the
+Agents start acting only once the learner's first parameters arrive (state `waiting` until then):
+experience from the initial random weights would be spent before any learner could use it, and a
+step budget would be consumed by roles that started faster than the learner. After that, if the
+parameter server or replay is down, the agents keep stepping: a failed fetch keeps the
 current policy and is retried at the next due fetch, experience that cannot be sent is dropped
 and counted. Both show in the log, in tensorplex (`agent/fetch_failures`, `agent/items_dropped`)
 and in the progress file.
@@ -89,6 +92,8 @@ class AgentsRole(RoleBase):
         self.returns: dict[int, list[float]] = {aid: [] for aid in self.agent_ids}
         self.last_return: float | None = None
         self._fetch_down = False
+        self.time_split = {"inference": 0.0, "env": 0.0, "experience": 0.0, "send": 0.0}
+        """Seconds spent acting, stepping, cutting replay items and sending (serialize + socket)."""
 
     def _on_fetch_failed(self) -> None:
         if not self._fetch_down:
@@ -120,19 +125,37 @@ class AgentsRole(RoleBase):
         if self.params.updates == 1:
             log.info("first parameters received (iteration %d)", self.param_version)
 
+    def wait_for_parameters(self) -> None:
+        """Block (responsive to SIGTERM) until the parameter server has the learner's parameters."""
+        self.progress.write("waiting", "waiting for the learner's first parameters")
+        while not self.stop.is_set() and self.params.info is None:
+            self.fetch()
+            if self.params.info is None:
+                self.stop.wait(0.2)
+
     def step(self, episode_started: bool) -> bool:
         """Step every environment once; returns whether an episode started in any of them."""
         if self.schedule.due(episode_start=episode_started):
             self.fetch()
         started = False
+        clock, split = time.perf_counter, self.time_split
         for slot in self.slots:
+            t0 = clock()
             action = slot.actor.act(slot.obs)
+            t1 = clock()
             next_obs, reward, terminated, truncated, _ = slot.env.step(action)
+            t2 = clock()
             items = slot.actor.observe(
                 slot.obs, action, float(reward), next_obs, terminated, truncated
             )
+            t3 = clock()
             if items:
                 self.sender.send(items)
+            t4 = clock()
+            split["inference"] += t1 - t0
+            split["env"] += t2 - t1
+            split["experience"] += t3 - t2
+            split["send"] += t4 - t3
             slot.episode_return += float(reward)
             slot.episode_steps += 1
             self.steps_per_agent[slot.agent_id] += 1
@@ -157,6 +180,7 @@ class AgentsRole(RoleBase):
             spec.env.id,
             spec.agents.fetch_mode,
         )
+        self.wait_for_parameters()
         self.progress.write("running")
         report = Every(spec.session.metrics.agent_interval_seconds)
         step_rate, item_rate = RateMeter(), RateMeter()
@@ -212,6 +236,7 @@ class AgentsRole(RoleBase):
                 "replay_reachable": self.sender.healthy,
                 "fetch_failures": self.params.failures,
                 "parameter_server_reachable": not self._fetch_down,
+                "time_split": {k: round(v, 3) for k, v in self.time_split.items()},
             },
         )
 

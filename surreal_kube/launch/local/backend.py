@@ -34,7 +34,7 @@ from surreal_kube.launch.local.ports import (
     root_lock,
 )
 
-ACTIVE = ("Starting", "Running")
+ACTIVE = ("Starting", "Running", "Stopping")
 
 
 def pid_alive(pid: int | None) -> bool:

@@ -89,6 +89,7 @@ class Supervisor:
         self.started = time.time()
         self.elapsed_before = 0.0
         self.stop_requested = False
+        self.final_phase = "Stopped"
         self.curve = CurveRecorder(folder.results / "curve.jsonl")
         self.progress = Progress()
 
@@ -192,20 +193,32 @@ class Supervisor:
         return None
 
     def run(self, tick: Callable[[Supervisor], None] | None = None, period: float = 1.0) -> str:
-        """Supervise until the budget is reached, a stop is requested or the learner fails."""
+        """Supervise until the budget is reached, a stop is requested or the learner fails.
+
+        Leaves `phase` at "Stopping" with the final phase in `final_phase`: the final phase is
+        only published once the processes are stopped and the results written (`finish`).
+        """
         while not self.stop_requested:
             self.poll()
             if tick is not None:
                 tick(self)
             reason = self.budget_reached()
             if reason:
-                self.phase, self.reason = "Succeeded", reason
+                self.final_phase, self.reason = "Succeeded", reason
                 break
             time.sleep(period)
-        if self.phase not in ("Succeeded", "Failed"):
-            self.phase = "Stopped"
+        if self.phase == "Failed":
+            self.final_phase = "Failed"
+        elif self.final_phase != "Succeeded":
+            self.final_phase = "Stopped"
             self.reason = self.reason or "stopped by request"
+        self.phase = "Stopping"
         return self.reason
+
+    def finish(self) -> None:
+        """Publish the final phase (after `stop` and the results)."""
+        self.phase = self.final_phase
+        self.write_state()
 
     def request_stop(self, *_: object) -> None:
         """Signal handler: finish the current step, then stop everything."""
@@ -306,21 +319,22 @@ def supervise(
         sup.start()
         sup.run(tick)
     except BaseException as exc:
-        sup.phase, sup.reason = "Failed", f"supervisor error: {type(exc).__name__}: {exc}"
+        sup.final_phase = "Failed"
+        sup.reason = f"supervisor error: {type(exc).__name__}: {exc}"
         raise
     finally:
         sup.stop()
         picture = write_results(
             folder.results,
             name=exp.metadata.name,
-            phase=sup.phase,
+            phase=sup.final_phase,
             reason=sup.reason,
             env_steps=sup.progress.env_steps,
             elapsed=sup.elapsed(),
             restarts={n: c.restarts for n, c in sup.children.items() if c.restarts},
             learner_iteration=sup.progress.learner_iteration,
         )
-        sup.write_state()
+        sup.finish()
         for s, handler in previous.items():
             signal.signal(s, handler)
     return sup, picture

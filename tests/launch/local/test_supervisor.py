@@ -49,8 +49,11 @@ def test_crashed_process_is_restarted_with_backoff_and_counted(tmp_path: Path) -
     sup.start()
     try:
         sup.run(period=0.2)
+        assert read_json(sup.folder.state)["phase"] == "Running"  # not final before the stop
     finally:
         sup.stop()
+    assert read_json(sup.folder.state)["phase"] == "Stopping"
+    sup.finish()
     ev = sup.children["evals-0"]
     assert ev.restarts >= 2  # 1 s then 2 s backoff within 5 s
     assert ev.last_exit == 3
@@ -70,6 +73,7 @@ def test_learner_that_keeps_dying_fails_the_experiment(tmp_path: Path, monkeypat
         sup.run(period=0.1)
     finally:
         sup.stop()
+    sup.finish()
     assert sup.phase == "Failed"
     assert "learner exhausted its 2 restarts" in sup.reason
 
