@@ -140,7 +140,7 @@ build_one() {  # name, then the command that writes "$partial/$name.tmp"
 }
 
 go_build() {  # name, module dir, ldflags, package
-  (cd "$here/go/$2" && "${nice_cmd[@]}" "$go" build -trimpath -ldflags="$3" \
+  (cd "$here/go/$2" && "${nice_cmd[@]}" "$go" build -trimpath -buildvcs=false -ldflags="$3" \
     -o "$partial/$1.tmp" "$4")
 }
 
