@@ -100,6 +100,7 @@ def _plot(points: list[dict[str, Any]], path: Path, title: str) -> None:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import EngFormatter
 
     fig, (ax_steps, ax_time) = plt.subplots(1, 2, figsize=(11, 4.2), constrained_layout=True)
     steps = [p["env_steps"] for p in points]
@@ -113,6 +114,8 @@ def _plot(points: list[dict[str, Any]], path: Path, title: str) -> None:
                 0.5, 0.5, "no evaluation finished", ha="center", va="center", transform=ax.transAxes
             )
         ax.set_xlabel(label)
+        if ax is ax_steps:
+            ax.xaxis.set_major_formatter(EngFormatter(sep=""))
         ax.set_ylabel("eval return")
         ax.grid(alpha=0.3)
     fig.suptitle(title)
