@@ -59,6 +59,8 @@ ACCELERATOR_LABEL = "cloud.google.com/gke-accelerator"
 KWOK_NODE_ANNOTATION = "kwok.x-k8s.io/node"
 # kwok's kubelet-side resources that kwok watches as objects (applied from kwok/crds.yaml).
 KWOK_CRDS = ("Logs", "ClusterLogs", "PortForward", "ClusterPortForward", "Exec", "ClusterExec")
+# Private work directories: tempdir/<prefix>XXXX, with the owning pid in owner.pid.
+WORKDIR_PREFIX = "surreal-kube-cp-"
 # The order processes start in; they stop in the reverse order.
 COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok")
 
@@ -308,9 +310,11 @@ class ControlPlane:
         self.die_with_parent = die_with_parent
         self.bin_dir = Path(bin_dir) if bin_dir else ensure_binaries()
         self._own_workdir = workdir is None
-        self.workdir = (
-            Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix="surreal-kube-cp-"))
-        )
+        if workdir is None:
+            _sweep_stale_workdirs()
+            workdir = tempfile.mkdtemp(prefix=WORKDIR_PREFIX)
+            (Path(workdir) / "owner.pid").write_text(str(os.getpid()))
+        self.workdir = Path(workdir)
         self.ports: dict[str, int] = {}
         self.procs: list[_Proc] = []
         self.started_at: float | None = None
@@ -728,6 +732,20 @@ def _http_get(url: str, ctx: ssl.SSLContext | None = None, timeout: float = 3.0)
             return resp.read()
     except urllib.error.HTTPError as e:
         return e.read()
+
+
+def _sweep_stale_workdirs() -> None:
+    """Remove private work directories whose owner died without stopping (a killed test run;
+    its processes died with it): about 60 MB of etcd files each."""
+    import shutil
+
+    for path in Path(tempfile.gettempdir()).glob(WORKDIR_PREFIX + "*"):
+        try:
+            owner = int((path / "owner.pid").read_text())
+        except (OSError, ValueError):
+            continue
+        if not pid_alive(owner):
+            shutil.rmtree(path, ignore_errors=True)
 
 
 def _die_with_parent() -> None:
