@@ -1,9 +1,11 @@
 """The kopf handlers of the operator: small functions, each registered with an explicit id.
 
-`register(registry, config)` attaches them to a registry with this run's settings (the resync
-interval of the timer), so the handlers themselves stay plain module-level functions that take
-only the keyword arguments they need. The shared connection, settings and status refresher come
-in kopf's `memo`.
+`register(registry)` attaches them to a registry, so the handlers themselves stay plain
+module-level functions that take only the keyword arguments they need. The shared connection,
+settings, status refresher and periodic resync come in kopf's `memo`.
+
+No handler here makes kopf put a finalizer on an `Experiment` (no timers, daemons or deletion
+handlers): deleting one never waits for the operator, ownership removes everything.
 
 Retry intent is in the code: an invalid spec or a placement that cannot fit is a
 `kopf.PermanentError` (the condition `Applied=False` says why, until the spec changes); a
@@ -29,7 +31,6 @@ from surreal_kube.launch.kube.client import (
     ForbiddenError,
     InvalidError,
     KubeError,
-    NotFoundError,
 )
 from surreal_kube.launch.kube.status import failure_seen
 from surreal_kube.operator import reconcile
@@ -124,25 +125,9 @@ def _refuse(memo: kopf.Memo, obj: Mapping[str, Any], reason: str, message: str) 
         logging.getLogger(__name__).warning("cannot write the status: %s", exc)
 
 
-def resync(body: kopf.Body, memo: kopf.Memo, logger: kopf.Logger, **_: Any) -> None:
-    """Periodically: recreate what disappeared, refresh the status."""
-    obj = plain(body)
-    meta = obj["metadata"]
-    if not reconcile.is_failed(obj) and not meta.get("deletionTimestamp"):
-        try:
-            recreated = reconcile.ensure(memo.kube, obj, memo.config)
-        except SpecError:
-            recreated = []  # the apply handler reported it already
-        except KubeError as exc:
-            raise kopf.TemporaryError(str(exc), delay=5) from exc
-        if recreated:
-            logger.warning("recreated %s", ", ".join(recreated))
-    try:
-        reconcile.refresh(memo.kube, meta["namespace"], meta["name"], memo.config)
-    except NotFoundError:
-        return
-    except KubeError as exc:
-        raise kopf.TemporaryError(str(exc), delay=5) from exc
+def start_resync(memo: kopf.Memo, **_: Any) -> None:
+    """Operator start: begin the periodic resync (recreate what disappeared, refresh status)."""
+    memo.resyncer.start()
 
 
 def pod_changed(body: kopf.Body, memo: kopf.Memo, logger: kopf.Logger, **_: Any) -> None:
@@ -195,7 +180,8 @@ def child_deleted(
 
 
 def stop(memo: kopf.Memo, **_: Any) -> None:
-    """Operator shutdown: stop the status refresher."""
+    """Operator shutdown: stop the periodic resync and the status refresher."""
+    memo.resyncer.stop()
     memo.refresher.stop()
 
 
@@ -206,23 +192,16 @@ def _deleted(type: str | None, **_: Any) -> bool:
     return type == "DELETED"
 
 
-def register(registry: kopf.OperatorRegistry, config: reconcile.Config) -> kopf.OperatorRegistry:
-    """Attach every handler to `registry` with this run's settings."""
+def register(registry: kopf.OperatorRegistry) -> kopf.OperatorRegistry:
+    """Attach every handler to `registry`."""
     kopf.on.login(registry=registry, id="login")(login)
     kopf.on.startup(registry=registry, id="configure")(configure)
-    kopf.on.cleanup(registry=registry, id="stop-refresher")(stop)
+    kopf.on.startup(registry=registry, id="start-resync")(start_resync)
+    kopf.on.cleanup(registry=registry, id="stop")(stop)
     resource = (GROUP, VERSION, PLURAL)
     kopf.on.create(*resource, registry=registry, id="apply-on-create")(apply_spec)
     kopf.on.update(*resource, registry=registry, id="apply-on-update", field="spec")(apply_spec)
     kopf.on.resume(*resource, registry=registry, id="apply-on-resume")(apply_spec)
-    kopf.timer(
-        *resource,
-        registry=registry,
-        id="resync",
-        interval=config.resync_seconds,
-        initial_delay=min(2.0, config.resync_seconds),
-        sharp=False,
-    )(resync)
     kopf.on.event(
         group="", version="v1", plural="pods", registry=registry, id="pod-changed", labels=MANAGED
     )(pod_changed)

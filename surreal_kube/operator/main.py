@@ -87,8 +87,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return exc.exit_code
     namespaces = [] if args.all_namespaces else (args.namespace or [kube.namespace])
-    registry = handlers.register(kopf.OperatorRegistry(), config)
-    memo = kopf.Memo(kube=kube, config=config, refresher=reconcile.Refresher(kube, config))
+    registry = handlers.register(kopf.OperatorRegistry())
+    memo = kopf.Memo(
+        kube=kube,
+        config=config,
+        refresher=reconcile.Refresher(kube, config),
+        resyncer=reconcile.Resyncer(kube, config, None if args.all_namespaces else namespaces),
+    )
     logging.getLogger("surreal_kube.operator").info(
         "watching %s (context %s, server %s)",
         "all namespaces" if args.all_namespaces else ", ".join(namespaces),

@@ -379,3 +379,61 @@ class Refresher:
                 refresh(self.kube, key[0], key[1], self.config)
             except Exception as exc:  # a refresh failure must not kill the worker
                 log.warning("status refresh of %s/%s failed: %s", key[0], key[1], exc)
+
+
+# --------------------------------------------------------------------------- resync
+
+
+class Resyncer:
+    """Every `resync_seconds`: recreate what disappeared and refresh the status of every
+    experiment in the watched namespaces.
+
+    A thread of our own rather than a kopf timer: kopf puts a finalizer on every object that has
+    a timer, so an `Experiment` could not be deleted while the operator is down (or uninstalled).
+    With no finalizer, deleting an experiment never needs the operator: ownership does it all.
+    """
+
+    def __init__(self, kube: Kube, config: Config, namespaces: list[str] | None) -> None:
+        self.kube = kube
+        self.config = config
+        self.namespaces = namespaces
+        """None: every namespace."""
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="resync", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=10)
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.config.resync_seconds):
+            for namespace in self.namespaces or [None]:
+                try:
+                    found = self.kube.list(EXPERIMENT, namespace, all_namespaces=namespace is None)
+                except Exception as exc:  # keep resyncing whatever one list does
+                    log.warning("resync: cannot list experiments: %s", exc)
+                    continue
+                for obj in found:
+                    if self._stop.is_set():
+                        return
+                    self.resync_one(obj)
+
+    def resync_one(self, obj: Mapping[str, Any]) -> None:
+        meta = obj["metadata"]
+        if meta.get("deletionTimestamp"):
+            return
+        try:
+            if not is_failed(obj):
+                recreated = ensure(self.kube, obj, self.config)
+                if recreated:
+                    log.warning(
+                        "%s/%s: recreated %s", meta["namespace"], meta["name"], ", ".join(recreated)
+                    )
+            refresh(self.kube, meta["namespace"], meta["name"], self.config)
+        except SpecError:
+            refresh(self.kube, meta["namespace"], meta["name"], self.config)
+        except Exception as exc:  # one experiment's trouble must not stop the others
+            log.warning("resync of %s/%s failed: %s", meta["namespace"], meta["name"], exc)

@@ -357,6 +357,12 @@ def test_an_operator_killed_mid_reconcile_converges_after_a_restart(
         time.sleep(5)
         assert {o["metadata"]["uid"] for o in objects_of(kube, name, KINDS[:4])} == uids
         assert running(kube, name)
+        # no finalizer: deleting needs no operator (an uninstalled one must not block deletes)
+        assert not kube.get(EXPERIMENT, name)["metadata"].get("finalizers")
+        op.stop()
+        res = sk(kube_cluster, "delete", name, "--wait", "-n", ns)
+        assert res.returncode == 0, res.stderr
+        assert objects_of(kube, name) == [] and kube.get_or_none(EXPERIMENT, name) is None
 
 
 def test_an_experiment_that_cannot_be_placed_is_refused_and_create_leaves_nothing(
