@@ -50,9 +50,30 @@ def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
         action="store_true",
         help="do not read nodes (no placement pre-flight; pools only from --profile)",
     )
+    p.add_argument(
+        "--default-image",
+        action="append",
+        default=[],
+        metavar="KEY=REF",
+        help="image for experiments whose spec names a build under spec.images.KEY (repeatable)",
+    )
     p.add_argument("--liveness", help="serve a liveness probe, e.g. http://0.0.0.0:8080/healthz")
     p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     return p.parse_args(argv)
+
+
+def parse_images(pairs: Sequence[str]) -> dict[str, str]:
+    """["cpu=repo:tag"] -> {"cpu": "repo:tag"}; empty references are skipped (Helm defaults)."""
+    from surreal_kube.errors import SpecError
+
+    out = {}
+    for pair in pairs:
+        key, sep, ref = pair.partition("=")
+        if not sep or not key.strip():
+            raise SpecError(f"--default-image {pair!r}: expected KEY=REF, e.g. cpu=repo:tag")
+        if ref.strip():
+            out[key.strip()] = ref.strip()
+    return out
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -82,6 +103,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             resync_seconds=args.resync,
             profile=load_profile(args.profile) if args.profile else None,
             read_nodes=not args.no_read_nodes,
+            default_images=parse_images(args.default_image),
         )
     except SurrealKubeError as exc:
         print(f"error: {exc}", file=sys.stderr)

@@ -64,6 +64,8 @@ class Config:
     read_nodes: bool = True
     refresh_delay: float = 0.5
     """Pod events within this many seconds are folded into one status refresh."""
+    default_images: dict[str, str] = field(default_factory=dict)
+    """key of spec.images -> image used when an experiment's spec names a build there."""
 
 
 @dataclass
@@ -107,16 +109,22 @@ def profile(kube: Kube, config: Config) -> ClusterProfile | None:
 
 def desired(kube: Kube, obj: Mapping[str, Any], config: Config) -> tuple[Experiment, list[dict]]:
     """The resolved experiment and every object it should have, owned by `obj`."""
-    from surreal_kube.launch.kube.render import render_experiment
+    from surreal_kube.launch.kube.render import render_experiment, used_image_keys
 
     exp = cluster.resolve_object(obj)
-    refs = cluster.used_image_refs(exp)
-    if refs is None:
-        raise SpecError(
-            "spec.images: the operator cannot build images; name prebuilt images "
-            "(spec.images.<key>.image) or create the experiment with `surreal-kube create`, "
-            "which builds them and pins their tags"
-        )
+    refs = {}
+    for key in used_image_keys(exp):
+        spec = exp.spec.images[key]
+        ref = spec.image or config.default_images.get(key)
+        if not ref:
+            raise SpecError(
+                f"spec.images.{key}: the operator cannot build images; name a prebuilt image "
+                f"(spec.images.{key}.image), set the operator's default (--default-image "
+                f"{key}=REF, Helm value experimentImages.{key}), or create the experiment with "
+                "`surreal-kube create`, which builds the images and pins their tags"
+            )
+        refs[key] = ref
+    exp = cluster.pin_images(exp, refs)
     namespace = obj["metadata"]["namespace"]
     objects = render_experiment(
         exp, namespace, owner=owner_of(obj), images=refs, profile=profile(kube, config)

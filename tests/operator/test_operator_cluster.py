@@ -426,3 +426,37 @@ def test_without_an_operator_create_does_not_wait_forever(
     assert "use --direct" in res.stderr
     assert kube.get_or_none(EXPERIMENT, name) is None
     assert naming.config_name(name) not in {o["metadata"]["name"] for o in objects_of(kube, name)}
+
+
+def test_an_experiment_naming_builds_runs_on_the_operators_default_images(
+    kube_cluster: Any, kube_namespace: str, kube: Any, tmp_path: Path
+) -> None:
+    ns, name = kube_namespace, "exp-build"
+    exp = resolve_experiment(name, sets=TINY_SETS)  # spec.images: the default builds
+    profile = str(profile_file(tmp_path))
+    with running_operator(kube_cluster, ns, tmp_path, "--profile", profile):
+        kube.apply(experiment_object(exp, ns))
+        cond = wait_for(
+            "Applied=False",
+            lambda: next(
+                (c for c in reported(kube, name).get("conditions", []) if c["type"] == "Applied"),
+                None,
+            ),
+        )
+        assert cond["status"] == "False"
+        assert cond["message"].startswith("spec.images.cpu: the operator cannot build images")
+    ref = IMAGES["cpu"]
+    with running_operator(
+        kube_cluster, ns, tmp_path, "--profile", profile, "--default-image", f"cpu={ref}"
+    ):
+        wait_for("Running", lambda: running(kube, name), timeout=90)
+        config = kube.get(resource("v1", "ConfigMap"), naming.config_name(name))["data"][
+            "experiment.yaml"
+        ]
+        assert f"image: {ref}" in config  # the roles read the image that runs, not a build
+        images = {
+            c["image"]
+            for o in objects_of(kube, name, [DEPLOY, STS])
+            for c in o["spec"]["template"]["spec"]["containers"]
+        }
+        assert images == {ref}
