@@ -7,8 +7,9 @@ VENV := .venv
 PYTHON := $(VENV)/bin/python
 PIP := $(VENV)/bin/pip
 STAMP := $(VENV)/.installed
-# Debian packages: MuJoCo's offscreen renderer (video), podman's Docker API for image builds.
-DEB_PACKAGES := libegl1 libgl1 libosmesa6 podman buildah runc catatonit debootstrap fuse-overlayfs uidmap
+# Debian packages the tests need: MuJoCo's offscreen EGL renderer (video recording) and podman
+# serving the Docker API (image builds), with debootstrap for an offline base image.
+DEB_PACKAGES := libegl1 libgl1 podman buildah runc catatonit debootstrap fuse-overlayfs uidmap
 RUN_ROOT ?= $(CURDIR)/runs
 PYTEST_ARGS ?=
 
@@ -36,8 +37,8 @@ deb:
 	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $$missing >/dev/null; \
 	fi
 
-run: install deb
-	MUJOCO_GL=egl $(VENV)/bin/surreal-kube create exp-ppo-ant --local --root $(RUN_ROOT) \
+run: install
+	$(VENV)/bin/surreal-kube create exp-ppo-ant --local --root $(RUN_ROOT) \
 	  --env gym:Ant-v5 --num-agents 2 --num-evals 1 --max-time 180 --replace
 
 test: install deb controlplane

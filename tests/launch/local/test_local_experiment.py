@@ -215,3 +215,31 @@ def test_bad_input_starts_nothing(tmp_path: Path, args: list[str], code: int, me
     assert message in res.stderr
     assert "Traceback" not in res.stderr
     assert not list(root.glob("*/config.yml")) if root.exists() else True
+
+
+def test_foreground_view_and_ctrl_c_stop_cleanly(tmp_path: Path) -> None:
+    root = tmp_path / "exps"
+    proc = subprocess.Popen(
+        [*SK, "create", "exp-fg", "--local", "--root", str(root), *SMALL,
+         "--max-env-steps", "50000000"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    folder = root / "exp-fg"
+    try:
+        wait_for("agents acting with published parameters", lambda: status_of(
+            folder, "agents-0").get("param_version", -1) >= 1)
+        proc.send_signal(signal.SIGINT)  # what Ctrl-C sends
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 0, err[-2000:]
+    assert out.strip() == str((folder / "results" / "learning_curve.png").resolve())
+    assert "exp-fg: stopped (stopped by request)" in err
+    for column in ("process", "restarts", "learner iter", "env steps"):
+        assert column in err  # the live view was drawn
+    state = state_of(folder)
+    assert state["phase"] == "Stopped"
+    assert not any(pid_alive(p) for p in experiment_pids(state))
+    assert all(port_is_free(int(p)) for p in state["ports"].values())
