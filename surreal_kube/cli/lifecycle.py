@@ -53,8 +53,8 @@ def list_(
     """List experiments, local and on the cluster.
 
     Local: phase, age, env steps, learner iterations, eval return. Cluster: phase, age, agents
-    ready/total, GPUs. With --local or --root only local ones; with a kube flag only the cluster's; else both
-    (the cluster when a kubeconfig exists).
+    ready/total, GPUs. With --local or --root only local ones; with a kube flag only the
+    cluster's; else both (the cluster when a kubeconfig exists).
 
     Examples:
 
