@@ -57,6 +57,17 @@ def deep_merge(base: dict[str, Any], override: Mapping[str, Any]) -> dict[str, A
     return base
 
 
+def _replace_one_of(doc: dict[str, Any], layer: Mapping[str, Any]) -> None:
+    """An image is either prebuilt or built: a layer naming one replaces the other entirely."""
+    images = layer.get("spec", {}).get("images")
+    if not isinstance(images, Mapping):
+        return
+    current = doc["spec"].setdefault("images", {})
+    for key, value in images.items():
+        if isinstance(value, Mapping) and ("image" in value or "build" in value):
+            current.pop(key, None)
+
+
 def load_yaml_text(text: str, source: str) -> dict[str, Any]:
     """Parse one YAML mapping; syntax errors give the line and column."""
     try:
@@ -148,6 +159,7 @@ def resolve_experiment(
     for layer in layers:
         if not isinstance(layer.get("spec", {}), Mapping):
             raise SpecError("spec: must be a mapping")
+        _replace_one_of(doc, layer)
         deep_merge(doc, layer)
     doc.setdefault("metadata", {})
     if doc["metadata"].get("name") != name:

@@ -640,6 +640,9 @@ class ControlPlane:
                 f"--tls-cert-file={pki / 'kubelet.crt'}",
                 f"--tls-private-key-file={pki / 'kubelet.key'}",
                 f"--enable-crds={','.join(KWOK_CRDS)}",
+                # renew node leases: without them the node-lifecycle controller marks every
+                # node NotReady after its grace period (~50 s) and pods lose Ready for good
+                "--node-lease-duration-seconds=40",
             ],
         )
 

@@ -139,3 +139,13 @@ def test_resolved_yaml_round_trips(tmp_path: Path) -> None:
     again = load_experiment_file(path)
     assert dump_yaml(again) == text
     assert yaml.safe_load(text)["spec"]["algorithm"]["nStep"] == 3  # camelCase on the wire
+
+
+def test_a_prebuilt_image_replaces_the_default_build(tmp_path: Path) -> None:
+    exp = resolve_experiment("exp", sets=["images.cpu.image=registry.example/runtime:1.0"])
+    assert exp.spec.images["cpu"].image == "registry.example/runtime:1.0"
+    assert exp.spec.images["cpu"].build is None
+    assert exp.spec.images["gpu"].build is not None  # untouched
+    f = tmp_path / "img.yaml"
+    f.write_text("spec:\n  images:\n    gpu: {image: 'registry.example/cuda:2'}\n")
+    assert resolve_experiment("exp", spec_files=[f]).spec.images["gpu"].image == "registry.example/cuda:2"
