@@ -85,6 +85,8 @@ def write_results(
         "learner_iterations": learner_iteration,
         "final_return": returns[-1] if returns else None,
         "best_return": max(returns) if returns else None,
+        # single evaluations are noisy: the mean of the last ten says more than the last one
+        "recent_mean_return": sum(returns[-10:]) / len(returns[-10:]) if returns else None,
         "evaluations": len(returns),
         "restarts": restarts,
         "total_restarts": sum(restarts.values()),
