@@ -8,6 +8,7 @@ from surreal_kube.envs import check_env, env_spaces, make_env, parse_env_id
 from surreal_kube.envs.wrappers import ActionRepeat, FrameStack
 from surreal_kube.errors import SpecError
 from surreal_kube.experiment.spec import EnvSpec
+from tests.isolation import run_isolated
 
 
 def test_gym_prefix_and_five_tuple_step():
@@ -92,14 +93,10 @@ def test_spec_fields_apply():
     assert obs_space.shape == (6,)
 
 
-@pytest.fixture(scope="module")
-def pixel_env():
-    env = make_env(EnvSpec(id="gym:InvertedPendulum-v5", pixel=True, frame_stack=2), low_dim=True)
-    yield env
-    env.close()
-
-
-def test_pixel_observation_dict_uint8_channels_first(pixel_env):
+def _pixel_checks() -> None:
+    pixel_env = make_env(
+        EnvSpec(id="gym:InvertedPendulum-v5", pixel=True, frame_stack=2), low_dim=True
+    )
     space = pixel_env.observation_space
     assert isinstance(space, gym.spaces.Dict)
     assert space["pixel"].shape == (6, 84, 84) and space["pixel"].dtype == np.uint8
@@ -113,8 +110,17 @@ def test_pixel_observation_dict_uint8_channels_first(pixel_env):
         obs, *_ = pixel_env.step(pixel_env.action_space.sample())
     np.testing.assert_array_equal(obs["pixel"][:3].shape, first.shape)
     assert not np.array_equal(obs["pixel"][3:], first)  # the newest frame is last
+    pixel_env.close()
+
+
+def test_pixel_observation_dict_uint8_channels_first():
+    run_isolated(_pixel_checks)  # renders with EGL: see tests/isolation.py
+
+
+def _check_env_pixels() -> None:
+    obs_space, _ = check_env(EnvSpec(id="gym:InvertedPendulum-v5", pixel=True), "ppo")
+    assert isinstance(obs_space, gym.spaces.Dict) and obs_space["pixel"].shape == (3, 84, 84)
 
 
 def test_check_env_renders_pixel_specs():
-    obs_space, _ = check_env(EnvSpec(id="gym:InvertedPendulum-v5", pixel=True), "ppo")
-    assert isinstance(obs_space, gym.spaces.Dict) and obs_space["pixel"].shape == (3, 84, 84)
+    run_isolated(_check_env_pixels)

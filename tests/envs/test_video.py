@@ -4,9 +4,14 @@ import imageio.v2 as imageio
 import pytest
 
 from surreal_kube.envs import make_env
+from tests.isolation import run_isolated
 
 
 def test_records_an_mp4_with_every_frame(tmp_path):
+    run_isolated(_record_checks, tmp_path)  # renders with EGL: see tests/isolation.py
+
+
+def _record_checks(tmp_path):
     env = make_env("gym:InvertedPendulum-v5", record_video=True, width=64, height=48)
     env.reset(seed=0)
     path = tmp_path / "videos" / "episode.mp4"
