@@ -81,10 +81,16 @@ class EvalRole(RoleBase):
         return total
 
     def evaluate(self) -> float | None:
-        """Fetch, then play `evals.episodes` episodes; the mean return (None if interrupted)."""
+        """Fetch, then play `evals.episodes` episodes; the mean return.
+
+        None if interrupted, or while the learner has published nothing yet: a return of the
+        initial random weights says nothing about the experiment and would sit on its curve.
+        """
         params = self.params.fetch()
         if params is not None:
             self.actor.load_parameters(params)
+        if self.params.info is None:
+            return None
         returns = []
         for k in range(self.ctx.spec.evals.episodes):
             video = None
