@@ -64,8 +64,11 @@ def _replace_one_of(doc: dict[str, Any], layer: Mapping[str, Any]) -> None:
         return
     current = doc["spec"].setdefault("images", {})
     for key, value in images.items():
-        if isinstance(value, Mapping) and ("image" in value or "build" in value):
-            current.pop(key, None)
+        if not isinstance(value, Mapping) or not isinstance(current.get(key), dict):
+            continue
+        for given, other in (("image", "build"), ("build", "image")):
+            if value.get(given) is not None and other not in value:
+                current[key][other] = None
 
 
 def load_yaml_text(text: str, source: str) -> dict[str, Any]:
