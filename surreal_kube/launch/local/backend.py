@@ -119,9 +119,9 @@ def prepare(
     folder = ExperimentFolder.of(exp.metadata.name, root)
     if restore_from is not None and not Path(restore_from).is_file():
         raise SpecError(f"--restore-from: checkpoint {str(restore_from)!r} does not exist")
-    preflight(exp)
     with root_lock(folder.path.parent):
         elapsed_before = 0.0
+        remove_old = False
         if folder.exists():
             existing = LocalExperiment(folder, read_json(folder.state) or {})
             if existing.running:
@@ -142,8 +142,9 @@ def prepare(
                     update={"spec": saved.spec.model_copy(update={"session": session})}
                 )
                 elapsed_before = float(existing.state.get("elapsed") or 0.0)
+                _check_budget_left(exp, folder, elapsed_before)
             elif replace:
-                shutil.rmtree(folder.path)
+                remove_old = True
             else:
                 raise SpecError(
                     f"experiment name {exp.metadata.name!r} is already in use at {folder.path}; "
@@ -151,6 +152,9 @@ def prepare(
                 )
         elif resume:
             raise SpecError(f"--resume: no experiment named {exp.metadata.name!r} at {folder.path}")
+        preflight(exp)  # the experiment that will run (the saved one when resuming)
+        if remove_old:  # only now: a refused create leaves the old experiment as it was
+            shutil.rmtree(folder.path)
         topo = experiment_topology(exp)
         ports = allocate_ports(
             sorted(topo.binders), ports_in_use_by_experiments(folder.path.parent)
@@ -171,6 +175,24 @@ def prepare(
             },
         )
     return exp, folder, ports, elapsed_before
+
+
+def _check_budget_left(exp: Experiment, folder: ExperimentFolder, elapsed: float) -> None:
+    """A resumed run must have some budget left, or it would end the moment it starts."""
+    from surreal_kube.launch.local.progress import read_progress
+
+    session = exp.spec.session
+    steps = read_progress(folder.status).env_steps
+    if session.max_env_steps is not None and steps >= session.max_env_steps:
+        raise SpecError(
+            f"--resume: {exp.metadata.name} already took {steps} env steps, at or over "
+            f"--max-env-steps {session.max_env_steps}; give a larger budget"
+        )
+    if session.max_time_seconds is not None and elapsed >= session.max_time_seconds:
+        raise SpecError(
+            f"--resume: {exp.metadata.name} already ran {elapsed:.0f} s, at or over "
+            f"--max-time {session.max_time_seconds:g}; give a larger budget"
+        )
 
 
 def start_detached(folder: ExperimentFolder, timeout: float = 30.0) -> int:

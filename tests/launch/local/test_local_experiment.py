@@ -184,8 +184,13 @@ def test_two_experiments_side_by_side_and_bad_input(tmp_path: Path) -> None:
         assert res.returncode == 2 and "already in use" in res.stderr
         # resume continues from the newest checkpoint with the global step preserved
         before = status_of(root / "exp-left", "learner")
-        res = sk("create", "exp-left", "--local", "--detach", "--resume", "--max-env-steps", "14000",
+        taken = state_of(root / "exp-left")["env_steps"]
+        res = sk("create", "exp-left", "--local", "--detach", "--resume", "--max-env-steps", str(taken),
                  root=root)
+        assert res.returncode == 2
+        assert f"already took {taken} env steps, at or over --max-env-steps {taken}" in res.stderr
+        res = sk("create", "exp-left", "--local", "--detach", "--resume", "--max-env-steps",
+                 str(taken + 6000), root=root)
         assert res.returncode == 0, res.stderr
         resumed = wait_for("resumed learner", lambda: (
             lambda s: s if s.get("pid") not in (None, before["pid"]) else None)(
