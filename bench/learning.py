@@ -154,7 +154,7 @@ def learner_updates_per_second(algorithm: str, batch: int, device: str, seconds:
     """Learner iterations/s on `device` for synthetic batches shaped like HalfCheetah's."""
     import gymnasium as gym
 
-    from surreal_kube.rl.config import DDPGConfig, PPOConfig
+    from surreal_kube.experiment.algorithms import DDPGConfig, PPOConfig
     from surreal_kube.rl.ddpg import DDPGLearner
     from surreal_kube.rl.ppo import PPOLearner
 

@@ -91,7 +91,7 @@ Root = Annotated[
     Path | None,
     typer.Option(
         "--root",
-        help="Folder of local experiments (default: $SURREAL_KUBE_ROOT, ~/.surreal-kube/experiments).",
+        help="Folder of local experiments (default $SURREAL_KUBE_ROOT or ~/.surreal-kube).",
         show_default=False,
     ),
 ]

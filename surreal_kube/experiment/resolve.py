@@ -19,11 +19,11 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from surreal_kube.errors import SpecError
+from surreal_kube.experiment.algorithms import ALGORITHMS, DDPGConfig, PPOConfig
 from surreal_kube.experiment.names import validate_name
 from surreal_kube.experiment.spec import API_VERSION, KIND, Experiment, ExperimentSpec
 from surreal_kube.experiment.suggest import did_you_mean
 from surreal_kube.experiment.topology import Topology, build_topology
-from surreal_kube.rl.config import ALGORITHMS, DDPGConfig, PPOConfig
 
 # Per-algorithm defaults that differ from the field defaults (DESIGN.md section 6).
 _ALGORITHM_DEFAULTS: dict[str, dict[str, Any]] = {

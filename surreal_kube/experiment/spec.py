@@ -10,7 +10,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BeforeValidator, Field, field_validator, model_validator
 
-from surreal_kube.rl.config import AlgorithmConfig, PPOConfig
+from surreal_kube.experiment.algorithms import AlgorithmConfig, PPOConfig
 from surreal_kube.schema import SpecModel
 
 API_VERSION = "surreal.ai/v1alpha1"

@@ -1,4 +1,4 @@
 """Learning core: algorithms, models, filters, replay buffers, schedules.
 
-Importing this package must stay light (no torch): the spec imports `rl.config`.
+Their hyper-parameters live with the spec (`surreal_kube.experiment.algorithms`), torch-free.
 """

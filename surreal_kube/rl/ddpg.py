@@ -16,8 +16,8 @@ import gymnasium as gym
 import numpy as np
 import torch
 
+from surreal_kube.experiment.algorithms import DDPGConfig
 from surreal_kube.rl import losses
-from surreal_kube.rl.config import DDPGConfig
 from surreal_kube.rl.filters import ZFilter
 from surreal_kube.rl.interfaces import ArrayDict
 from surreal_kube.rl.models import DDPGActor as ActorNet

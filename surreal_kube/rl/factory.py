@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Literal
 import gymnasium as gym
 import torch
 
-from surreal_kube.rl.config import DDPGConfig, PPOConfig
+from surreal_kube.experiment.algorithms import DDPGConfig, PPOConfig
 from surreal_kube.rl.device import resolve_device
 from surreal_kube.rl.interfaces import Actor, Learner, ReplayBuffer
 from surreal_kube.rl.replay import FIFOReplay, PrioritizedReplay, UniformReplay

@@ -15,7 +15,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from surreal_kube.rl.config import CNNConfig, RNNConfig
+from surreal_kube.experiment.algorithms import CNNConfig, RNNConfig
 
 ObsShapes = Mapping[str, tuple[int, ...]]
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from surreal_kube.rl.config import NoiseConfig
+from surreal_kube.experiment.algorithms import NoiseConfig
 
 
 def agent_sigma(config: NoiseConfig, agent_id: int, num_agents: int) -> float:

@@ -18,8 +18,8 @@ import gymnasium as gym
 import numpy as np
 import torch
 
+from surreal_kube.experiment.algorithms import PPOConfig
 from surreal_kube.rl import losses
-from surreal_kube.rl.config import PPOConfig
 from surreal_kube.rl.distributions import Categorical, DiagGaussian, Distribution
 from surreal_kube.rl.filters import RewardFilter, ZFilter
 from surreal_kube.rl.gae import gae, normalize_advantages

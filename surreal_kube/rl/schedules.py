@@ -10,7 +10,7 @@ import itertools
 from collections.abc import Sequence
 from typing import Protocol
 
-from surreal_kube.rl.config import ScheduleConfig
+from surreal_kube.experiment.algorithms import ScheduleConfig
 
 
 class Schedule(Protocol):

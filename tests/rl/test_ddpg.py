@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 import torch
 
-from surreal_kube.rl.config import DDPGConfig, NoiseConfig
+from surreal_kube.experiment.algorithms import DDPGConfig, NoiseConfig
 from surreal_kube.rl.ddpg import DDPGAgentActor, DDPGLearner
 from surreal_kube.rl.noise import OUNoise, agent_sigma
 from surreal_kube.rl.replay import PrioritizedReplay, UniformReplay

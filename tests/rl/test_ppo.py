@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 import torch
 
-from surreal_kube.rl.config import PPOConfig
+from surreal_kube.experiment.algorithms import PPOConfig
 from surreal_kube.rl.ppo import PPOActor, PPOLearner
 from surreal_kube.rl.replay import FIFOReplay, stack_items
 from surreal_kube.session.checkpoint import Checkpoint

@@ -2,7 +2,7 @@
 
 import pytest
 
-from surreal_kube.rl.config import ScheduleConfig
+from surreal_kube.experiment.algorithms import ScheduleConfig
 from surreal_kube.rl.schedules import (
     ConstantSchedule,
     LinearSchedule,

@@ -1,7 +1,7 @@
 """Hyper-parameters of the algorithms, with the reference defaults of the original system.
 
-These models are torch-free on purpose: the experiment spec, the CLI and the CRD schema all read
-them, and none of those should pay for importing torch.
+These models are part of the experiment spec (torch-free on purpose): the CLI, the CRD schema and
+the learning core all read them, and the CLI and the CRD should not pay for importing torch.
 """
 
 from __future__ import annotations
