@@ -8,6 +8,9 @@ from __future__ import annotations
 
 import re
 from decimal import Decimal, InvalidOperation
+from typing import Annotated, Any
+
+from pydantic import AfterValidator, BeforeValidator
 
 _SUFFIX = {
     "": Decimal(1),
@@ -60,3 +63,24 @@ def parse_memory(text: str | int | float) -> int:
     if str(text).strip()[-1:] == "m":
         raise ValueError(f"memory in millibytes makes no sense, got {text!r}; use Mi or Gi")
     return int(value)
+
+
+def _as_text(value: Any) -> Any:
+    """Quantities may be written as bare numbers (`cpu: 2`); they are kept as text."""
+    return str(value) if isinstance(value, int | float) and not isinstance(value, bool) else value
+
+
+def _valid_cpu(value: str) -> str:
+    parse_cpu(value)
+    return value
+
+
+def _valid_memory(value: str) -> str:
+    parse_memory(value)
+    return value
+
+
+CpuQuantity = Annotated[str, BeforeValidator(_as_text), AfterValidator(_valid_cpu)]
+"""A pydantic field type: CPU as a Kubernetes quantity, validated, kept as written."""
+MemoryQuantity = Annotated[str, BeforeValidator(_as_text), AfterValidator(_valid_memory)]
+"""A pydantic field type: memory as a Kubernetes quantity, validated, kept as written."""

@@ -6,11 +6,12 @@ exists in exactly one place and its description here is what `--help` and the CR
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Literal
 
-from pydantic import BeforeValidator, Field, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from surreal_kube.experiment.algorithms import AlgorithmConfig, PPOConfig
+from surreal_kube.experiment.quantity import CpuQuantity, MemoryQuantity
 from surreal_kube.schema import SpecModel
 
 API_VERSION = "surreal.ai/v1alpha1"
@@ -147,35 +148,14 @@ class SessionSpec(SpecModel):
     metrics: MetricsSpec = Field(default_factory=MetricsSpec)
 
 
-def _quantity_text(value: Any) -> Any:
-    """Quantities may be written as bare numbers (`cpu: 2`); they are kept as text."""
-    return str(value) if isinstance(value, int | float) and not isinstance(value, bool) else value
-
-
 class Resources(SpecModel):
     """What one process (pod) of a component asks for."""
 
-    cpu: Annotated[str, BeforeValidator(_quantity_text)] = Field(
-        "1", description="CPU request, Kubernetes quantity (e.g. 500m, 2)"
+    cpu: CpuQuantity = Field("1", description="CPU request, Kubernetes quantity (e.g. 500m, 2)")
+    memory: MemoryQuantity = Field(
+        "2Gi", description="memory request, Kubernetes quantity (e.g. 512Mi)"
     )
-    memory: str = Field("2Gi", description="memory request, Kubernetes quantity (e.g. 512Mi)")
     gpu: int = Field(0, ge=0, le=16, description="nvidia.com/gpu limit")
-
-    @field_validator("cpu")
-    @classmethod
-    def _check_cpu(cls, value: str) -> str:
-        from surreal_kube.experiment.quantity import parse_cpu
-
-        parse_cpu(value)
-        return value
-
-    @field_validator("memory")
-    @classmethod
-    def _check_memory(cls, value: str) -> str:
-        from surreal_kube.experiment.quantity import parse_memory
-
-        parse_memory(value)
-        return value
 
 
 def _default_resources() -> dict[str, Resources]:

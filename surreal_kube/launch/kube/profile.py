@@ -25,7 +25,7 @@ from typing import Any, Literal
 from pydantic import Field, ValidationError, field_validator, model_validator
 
 from surreal_kube.errors import LaunchError, SpecError
-from surreal_kube.experiment.quantity import parse_cpu, parse_memory
+from surreal_kube.experiment.quantity import CpuQuantity, MemoryQuantity, parse_cpu, parse_memory
 from surreal_kube.schema import SpecModel
 
 GPU_RESOURCE = "nvidia.com/gpu"
@@ -57,17 +57,13 @@ class Taint(SpecModel):
         return {"key": self.key, "operator": "Equal", "value": self.value, "effect": self.effect}
 
 
-def _text(value: Any) -> Any:
-    return str(value) if isinstance(value, int | float) and not isinstance(value, bool) else value
-
-
 class NodePool(SpecModel):
     """A set of identical nodes; capacities are what one node can give to pods (allocatable)."""
 
     name: str = Field(description="pool name, the value of the profile's poolLabel")
     count: int = Field(1, ge=0, description="number of nodes (the maximum, if autoscaled)")
-    cpu: str = Field("8", description="allocatable CPU per node, a Kubernetes quantity")
-    memory: str = Field("32Gi", description="allocatable memory per node")
+    cpu: CpuQuantity = Field("8", description="allocatable CPU per node, a Kubernetes quantity")
+    memory: MemoryQuantity = Field("32Gi", description="allocatable memory per node")
     gpus: int = Field(0, ge=0, description="nvidia.com/gpu per node")
     accelerator: str | None = Field(None, description="GPU model label value, e.g. nvidia-l4")
     pods: int = Field(110, ge=1, description="maximum pods per node")
@@ -78,23 +74,6 @@ class NodePool(SpecModel):
     node_selector: dict[str, str] | None = Field(
         None, description="labels that select this pool's nodes; default {poolLabel: name}"
     )
-
-    @field_validator("cpu", mode="before")
-    @classmethod
-    def _cpu_text(cls, value: Any) -> Any:
-        return _text(value)
-
-    @field_validator("cpu")
-    @classmethod
-    def _check_cpu(cls, value: str) -> str:
-        parse_cpu(value)
-        return value
-
-    @field_validator("memory")
-    @classmethod
-    def _check_memory(cls, value: str) -> str:
-        parse_memory(value)
-        return value
 
     @property
     def node_taints(self) -> list[Taint]:
