@@ -174,8 +174,8 @@ def main() -> None:
         summary = local["summary"]
         rows.append(
             Row(
-                "mean eval return after 10 min: local vs single-process",
-                summary.get("final_return") or float("nan"),
+                "mean eval return (last 10 evals) after 10 min: local vs single-process",
+                summary.get("recent_mean_return") or float("nan"),
                 single_return,
                 "return",
                 "higher",

@@ -22,17 +22,13 @@ class CurveRecorder:
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        self.last_eval_count = -1
-        self.last_steps_point = 0.0
         self.points = load_curve(path)
+        # a resumed run continues the curve: the evaluations already on it are not added again
+        self.last_eval_count = self.points[-1].get("evaluations", -1) if self.points else -1
 
-    def record(self, progress: Progress, elapsed: float, *, force: bool = False) -> None:
+    def record(self, progress: Progress, elapsed: float) -> None:
         """Add a point when an evaluation finished since the last call."""
-        if progress.eval_return is None:
-            return
-        if progress.eval_count == self.last_eval_count and not force:
-            return
-        if force and self.points and self.points[-1]["env_steps"] == progress.env_steps:
+        if progress.eval_return is None or progress.eval_count == self.last_eval_count:
             return
         self.last_eval_count = progress.eval_count
         point = {
@@ -40,6 +36,7 @@ class CurveRecorder:
             "wall_time": round(elapsed, 3),
             "eval_return": progress.eval_return,
             "learner_iteration": progress.learner_iteration,
+            "evaluations": progress.eval_count,
             "time": time.time(),
         }
         self.points.append(point)

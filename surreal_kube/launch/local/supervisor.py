@@ -245,7 +245,7 @@ class Supervisor:
             if child.state != "failed":
                 child.state = "stopped"
         self.progress = read_progress(self.folder.status)
-        self.curve.record(self.progress, self.elapsed(), force=True)
+        self.curve.record(self.progress, self.elapsed())
         self.write_state()
 
     # ------------------------------------------------------------------ state file
