@@ -106,7 +106,7 @@ def ensure_crd(kube: Kube) -> None:
 
     def established() -> bool:
         got = kube.get(CRD, crd["metadata"]["name"])
-        conds = {c["type"]: c["status"] for c in got.get("status", {}).get("conditions", [])}
+        conds = {c["type"]: c["status"] for c in (got.get("status") or {}).get("conditions") or []}
         return conds.get("Established") == "True" and kube.has_experiment_crd()
 
     wait_for("the Experiment CRD to be served", established, timeout=30)
