@@ -32,6 +32,8 @@ from surreal_kube.comm.sockets import bound_address, make_socket
 log = logging.getLogger(__name__)
 
 DEFAULT_TIMEOUT_SECONDS = 2.0
+CLOSE_LINGER_MS = 1000
+"""How long a closing publisher may spend delivering its last publication."""
 
 
 def content_hash(params: Mapping[str, np.ndarray]) -> str:
@@ -125,18 +127,22 @@ class ParameterPublisher:
                 with self._lock:
                     if not self._fresh and not self._stop:
                         self._lock.wait(self._republish)
-                    if self._stop:
+                    stopping = self._stop
+                    if stopping and not self._fresh:
                         return
                     frames = self._latest
                     self._fresh = False
                 if frames is not None:
                     sock.send_multipart(frames, copy=False)
                     self.published += 1
+                if stopping:
+                    return
         finally:
-            sock.close(0)
+            # a publication made just before close still reaches connected shards
+            sock.close(CLOSE_LINGER_MS)
 
     def close(self) -> None:
-        """Stop the publishing thread and close the socket."""
+        """Send a publication still pending, then stop the thread and close the socket."""
         with self._lock:
             self._stop = True
             self._lock.notify()

@@ -6,11 +6,19 @@ return goes to tensorplex (`charts/eval_return`, binned under `evals/`) and to t
 (`last_return`), which the local backend reports and the learner uses to keep its best
 checkpoints. With `evals.recordVideo`, the first episode of each run is written to
 `<experiment>/videos/<process>/iter-<iteration>.mp4`.
+
+SIGUSR1 asks for a final evaluation: the evaluator finishes the episode it is playing, fetches
+the newest parameters, evaluates them once more and exits. The local backend sends it when an
+experiment reaches its budget, after the learner has published its last parameters, so that the
+final return on the curve and in the summary is the return of the final policy, even in a run
+shorter than one evaluation interval.
 """
 
 from __future__ import annotations
 
 import logging
+import signal
+import threading
 import time
 from typing import Any
 
@@ -48,6 +56,8 @@ class EvalRole(RoleBase):
         self.env_steps = 0
         self.episodes = 0
         self.evaluations = 0
+        self.final = threading.Event()
+        """Set by SIGUSR1: evaluate the newest parameters once more, then exit."""
         previous = self.progress.data.get("last_return")
         self.last_return: float | None = previous if isinstance(previous, float) else None
 
@@ -116,13 +126,19 @@ class EvalRole(RoleBase):
             spec.episodes,
             spec.interval_seconds,
         )
+        if threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGUSR1, lambda *_: self.final.set())
         self.progress.write("running")
         while not self.stop.is_set():
             started = time.monotonic()
+            final = self.final.is_set()
+            if final:
+                log.info("final evaluation requested")
             result = self.evaluate()
             if result is not None:
                 log.info(
-                    "evaluation %d: return %.2f (parameters of iteration %d)",
+                    "%s %d: return %.2f (parameters of iteration %d)",
+                    "final evaluation" if final else "evaluation",
                     self.evaluations,
                     result,
                     self.param_version,
@@ -133,7 +149,19 @@ class EvalRole(RoleBase):
                 )
             self._update_progress()
             self.progress.write()
-            self.stop.wait(max(0.0, spec.interval_seconds - (time.monotonic() - started)))
+            if final:
+                self.stop.set("final evaluation done")
+                break
+            self._pause(spec.interval_seconds - (time.monotonic() - started))
+
+    def _pause(self, seconds: float) -> None:
+        """Sleep until the next evaluation, waking early on stop or on a final-evaluation request."""
+        deadline = time.monotonic() + seconds
+        while not self.stop.is_set() and not self.final.is_set():
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return
+            self.stop.wait(min(left, 0.1))
 
     def _update_progress(self) -> None:
         self.progress.update(

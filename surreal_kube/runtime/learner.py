@@ -177,6 +177,9 @@ class LearnerRole(RoleBase):
         """Checkpoint and publish once more, then close everything."""
         self.prefetcher.close()
         try:
+            # evaluators run a final evaluation of exactly what the checkpoint holds
+            if self.publisher.info is None or self.publisher.info.iteration < self.learner.iteration:
+                self.publish()
             if self.learner.iteration > self.resumed_from:
                 path = self.checkpoint.save(
                     self.learner.state_dict,

@@ -34,6 +34,8 @@ HEALTHY_AFTER = 60.0
 """A process that ran this long is healthy again: its backoff resets."""
 LEARNER_MAX_RESTARTS = 5
 STOP_GRACE = 10.0
+FINAL_EVAL_TIMEOUT = 120.0
+"""How long evaluators may take over their final evaluation before they are stopped anyway."""
 
 # Stop order: producers first, then consumers, metrics sinks last so that they flush everything.
 _STOP_ORDER = (
@@ -48,6 +50,8 @@ _STOP_ORDER = (
     "loggerplex",
     "tensorplex",
 )
+_FINISH_FIRST = ("agents", "learner")
+"""Stopped before the final evaluation of a run that reached its budget."""
 
 
 @dataclass
@@ -225,12 +229,35 @@ class Supervisor:
         self.stop_requested = True
 
     def stop(self) -> None:
-        """Stop every process group: SIGTERM in order, SIGKILL what is left after a grace period."""
+        """Stop every process group: SIGTERM in order, SIGKILL what is left after a grace period.
+
+        A run that reached its budget first stops agents and learner (which checkpoints and
+        publishes its last parameters), then lets the evaluators evaluate that final policy.
+        """
+        if self.final_phase == "Succeeded":
+            self._stop_children([c for c in self.children.values() if c.process.role in _FINISH_FIRST])
+            self._final_evaluation()
         order = {role: i for i, role in enumerate(_STOP_ORDER)}
-        children = sorted(self.children.values(), key=lambda c: order.get(c.process.role, 99))
+        self._stop_children(sorted(self.children.values(), key=lambda c: order.get(c.process.role, 99)))
+        self.progress = read_progress(self.folder.status)
+        self.curve.record(self.progress, self.elapsed())
+        self.write_state()
+
+    def _final_evaluation(self) -> None:
+        evals = [c for c in self.children.values() if c.process.role == "eval" and _running(c)]
+        for child in evals:
+            _signal_group(child.popen.pid, signal.SIGUSR1)  # type: ignore[union-attr]
+        deadline = time.time() + FINAL_EVAL_TIMEOUT
+        for child in evals:
+            try:
+                child.popen.wait(timeout=max(0.1, deadline - time.time()))  # type: ignore[union-attr]
+            except subprocess.TimeoutExpired:
+                log.warning("%s: no final evaluation after %.0f s", child.process.name, FINAL_EVAL_TIMEOUT)
+
+    def _stop_children(self, children: list[Child]) -> None:
         for child in children:
-            if child.popen is not None and child.popen.poll() is None:
-                _signal_group(child.popen.pid, signal.SIGTERM)
+            if _running(child):
+                _signal_group(child.popen.pid, signal.SIGTERM)  # type: ignore[union-attr]
         deadline = time.time() + STOP_GRACE
         for child in children:
             if child.popen is None:
@@ -244,9 +271,6 @@ class Supervisor:
                 child.popen.wait(timeout=5)
             if child.state != "failed":
                 child.state = "stopped"
-        self.progress = read_progress(self.folder.status)
-        self.curve.record(self.progress, self.elapsed())
-        self.write_state()
 
     # ------------------------------------------------------------------ state file
 
@@ -283,6 +307,10 @@ class Supervisor:
     def total_restarts(self) -> int:
         """Restarts over all processes."""
         return sum(c.restarts for c in self.children.values())
+
+
+def _running(child: Child) -> bool:
+    return child.popen is not None and child.popen.poll() is None
 
 
 def _signal_group(pid: int, sig: signal.Signals) -> None:
