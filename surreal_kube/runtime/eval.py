@@ -155,7 +155,7 @@ class EvalRole(RoleBase):
             self._pause(spec.interval_seconds - (time.monotonic() - started))
 
     def _pause(self, seconds: float) -> None:
-        """Sleep until the next evaluation, waking early on stop or on a final-evaluation request."""
+        """Sleep until the next evaluation; a stop or a final-evaluation request wakes it."""
         deadline = time.monotonic() + seconds
         while not self.stop.is_set() and not self.final.is_set():
             left = deadline - time.monotonic()

@@ -178,7 +178,10 @@ class LearnerRole(RoleBase):
         self.prefetcher.close()
         try:
             # evaluators run a final evaluation of exactly what the checkpoint holds
-            if self.publisher.info is None or self.publisher.info.iteration < self.learner.iteration:
+            if (
+                self.publisher.info is None
+                or self.publisher.info.iteration < self.learner.iteration
+            ):
                 self.publish()
             if self.learner.iteration > self.resumed_from:
                 path = self.checkpoint.save(

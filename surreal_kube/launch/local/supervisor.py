@@ -235,10 +235,14 @@ class Supervisor:
         publishes its last parameters), then lets the evaluators evaluate that final policy.
         """
         if self.final_phase == "Succeeded":
-            self._stop_children([c for c in self.children.values() if c.process.role in _FINISH_FIRST])
+            self._stop_children(
+                [c for c in self.children.values() if c.process.role in _FINISH_FIRST]
+            )
             self._final_evaluation()
         order = {role: i for i, role in enumerate(_STOP_ORDER)}
-        self._stop_children(sorted(self.children.values(), key=lambda c: order.get(c.process.role, 99)))
+        self._stop_children(
+            sorted(self.children.values(), key=lambda c: order.get(c.process.role, 99))
+        )
         self.progress = read_progress(self.folder.status)
         self.curve.record(self.progress, self.elapsed())
         self.write_state()
@@ -252,7 +256,9 @@ class Supervisor:
             try:
                 child.popen.wait(timeout=max(0.1, deadline - time.time()))  # type: ignore[union-attr]
             except subprocess.TimeoutExpired:
-                log.warning("%s: no final evaluation after %.0f s", child.process.name, FINAL_EVAL_TIMEOUT)
+                log.warning(
+                    "%s: no final evaluation after %.0f s", child.process.name, FINAL_EVAL_TIMEOUT
+                )
 
     def _stop_children(self, children: list[Child]) -> None:
         for child in children:
