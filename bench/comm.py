@@ -2,10 +2,11 @@
 
     python bench/comm.py [--quick]
 
-- experience: transitions/s from agent senders through the replay load balancer into the shards'
-  buffers (the real `ReplayBalancer` and `ReplayShard` role code, 2 shards), in batches of 256
-  transitions (obs 27 x float32, action 8 x float32, reward float32, done bool). Reference: the
-  same senders PUSHing the same four arrays zero-copy straight to one PULL socket.
+- experience: transitions/s from agent senders into the shards' buffers (the real replay service:
+  `ReplayBalancer` and 2 `ReplayShard`s; each sender's PUSH socket balances over the shards'
+  collectors), in batches of 256 transitions (obs 27 x float32, action 8 x float32, reward float32,
+  done bool). Reference: the same senders PUSHing the same four arrays zero-copy straight to one
+  PULL socket.
 - sampling: batches/s of 512 transitions that the learner's `Prefetcher` delivers from 2 uniform
   shards through the sampling broker. Reference: a raw PUSH/PULL stream of the same batches.
 - parameters: seconds from `publish` until 8 agent clients hold a new 1 MB parameter set (learner
@@ -136,7 +137,14 @@ def run_ps_shard(env: dict[str, str], stop: Any) -> None:
         role.close()
 
 
-def run_sender(addr: str, raw: bool, ready: Any, stop: Any, seed: int) -> None:
+def collector_addresses(env: dict[str, str]) -> list[str]:
+    """An agent's addresses of every replay shard's collector, in shard order."""
+    from surreal_kube.experiment.topology import collector, endpoint
+
+    return [env[endpoint(collector(i)).addr_var] for i in range(SHARDS)]
+
+
+def run_sender(addr: str | list[str], raw: bool, ready: Any, stop: Any, seed: int) -> None:
     """An agent sending batches of BATCH transitions as fast as it can."""
     batch = transitions(BATCH, seed)
     if raw:
@@ -271,7 +279,7 @@ def experience(mpc: Any, seconds: float, raw: bool) -> float:
                     _spawn(mpc, run_shard, envs[f"replay-shard-{i}"], ready, window, stop, out)
                 )
             _wait_shards(ready)
-            addr = envs["agents-0"]["SURREAL_REPLAY_COLLECTOR_ADDR"]
+            addr = collector_addresses(envs["agents-0"])
             expected = SHARDS
         started = mpc.Queue()
         senders = [_spawn(mpc, run_sender, addr, raw, started, stop, s) for s in range(SENDERS)]
@@ -325,11 +333,11 @@ def sampling(mpc: Any, seconds: float, raw: bool) -> float:
             from surreal_kube.comm.experience import ExperienceSender
             from surreal_kube.comm.sampling import Prefetcher
 
-            sender = ExperienceSender(
-                envs["agents-0"]["SURREAL_REPLAY_COLLECTOR_ADDR"], timeout=5.0
-            )
+            sender = ExperienceSender(collector_addresses(envs["agents-0"]), timeout=5.0)
+            time.sleep(0.5)  # connected to both shards
             for s in range(40):  # 10,240 transitions, over both shards
                 sender.send_stacked(transitions(BATCH, s), BATCH)
+            time.sleep(0.5)  # delivered before the socket closes
             sender.close()
             prefetcher = Prefetcher(
                 envs["learner"]["SURREAL_REPLAY_SAMPLER_ADDR"], SAMPLE_BATCH, depth=4
@@ -429,7 +437,7 @@ def main() -> None:
     par = best_of(reps, lambda raw: parameters(mpc, rounds, raw), "lower")
     rows = [
         Row(
-            f"experience: transitions/s into {SHARDS} shards via the load balancer",
+            f"experience: transitions/s from {SENDERS} senders into {SHARDS} shards",
             *exp,
             "transitions/s",
             "higher",

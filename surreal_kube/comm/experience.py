@@ -1,6 +1,11 @@
-"""Experience: agents send stacked batches of replay items; replay shards receive them.
+r"""Experience: agents send stacked batches of replay items; replay shards receive them.
 
-    agent --PUSH replay-collector--> replay LB (PULL -> PUSH) --replay-collector-backend--> shard
+    agent --PUSH--> replay-collector-0 (shard 0)
+               \--> replay-collector-1 (shard 1) ...
+
+An agent's PUSH socket connects to every shard's collector and is the load balancer: ZeroMQ
+hands each message to the next connected shard whose queue has room, so experience takes one hop,
+as in a bare PUSH/PULL pipe (a forwarding process in between halves the throughput on its own).
 
 Items (sub-trajectories or transitions, each an `ArrayDict`) are buffered by the sender and sent
 `flush_iteration` at a time as ONE message whose arrays are the items stacked along a new leading
@@ -23,7 +28,7 @@ import numpy as np
 import zmq
 
 from surreal_kube.comm import wire
-from surreal_kube.comm.sockets import connect_and_wait, make_socket
+from surreal_kube.comm.sockets import bound_address, make_socket
 
 log = logging.getLogger(__name__)
 
@@ -55,20 +60,25 @@ class ExperienceSender:
 
     def __init__(
         self,
-        addr: str,
+        addr: str | Sequence[str],
         *,
         flush_iteration: int = 1,
         timeout: float = DEFAULT_SEND_TIMEOUT_SECONDS,
         hwm: int = 32,
         source: str = "",
     ) -> None:
-        self.addr = addr
+        addrs = [addr] if isinstance(addr, str) else list(addr)
+        if not addrs:
+            raise ValueError("an experience sender needs at least one replay shard address")
+        self.addr = ", ".join(addrs)
         self.flush_iteration = max(1, int(flush_iteration))
         self.timeout = timeout
         self.source = source
         self._sock = make_socket(
-            zmq.PUSH, connect=addr, sndhwm=hwm, sndtimeo_ms=int(timeout * 1000), immediate=True
+            zmq.PUSH, sndhwm=hwm, sndtimeo_ms=int(timeout * 1000), immediate=True
         )
+        for a in addrs:
+            self._sock.connect(a)
         self._pending: list[Mapping[str, np.ndarray]] = []
         self._blocking = True
         self._dropped_since_ok = 0
@@ -141,22 +151,13 @@ class ExperienceSender:
         self._sock.close(0)
 
 
-def _connect(sock: zmq.Socket, addr: str, wait: float) -> bool:
-    if wait > 0:
-        return connect_and_wait(sock, addr, wait)
-    sock.connect(addr)
-    return True
-
-
 class ExperienceReceiver:
-    """A replay shard's side: PULL stacked batches from the load balancer, checked and counted."""
+    """A replay shard's side: PULL stacked batches from the agents, checked and counted."""
 
-    def __init__(
-        self, addr: str, *, hwm: int = 64, max_bytes: int = 1 << 30, wait_connected: float = 0.0
-    ) -> None:
-        self.sock = make_socket(zmq.PULL, rcvhwm=hwm)
-        self.connected = _connect(self.sock, addr, wait_connected)
-        """False if the load balancer did not answer within `wait_connected` seconds."""
+    def __init__(self, bind: str, *, hwm: int = 64, max_bytes: int = 1 << 30) -> None:
+        self.sock = make_socket(zmq.PULL, bind=bind, rcvhwm=hwm)
+        self.addr = bound_address(self.sock)
+        """The bound address (a wildcard port resolved)."""
         self._max_bytes = max_bytes
         self.rejects = wire.Rejects(log)
         self.items = 0

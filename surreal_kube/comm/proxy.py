@@ -1,9 +1,9 @@
 """Forwarding proxies: a ZeroMQ device running in C, in a thread, that can be stopped cleanly.
 
-The replay collector (PULL -> PUSH, round-robin over shards) and the parameter server's front
-(ROUTER -> DEALER, round-robin over shards) are plain forwarders: `zmq.proxy_steerable` moves
-frames between the two sockets without the GIL and without copying, and a control socket lets the
-owning role stop it on SIGTERM.
+The parameter server's front (ROUTER -> DEALER, round-robin over shards) is a plain forwarder:
+`zmq.proxy_steerable` moves frames between the two sockets without the GIL and without copying,
+and a control socket lets the owning role stop it on SIGTERM. (Experience takes no such hop: each
+agent connects to every replay shard, see `comm.experience`.)
 """
 
 from __future__ import annotations

@@ -37,7 +37,7 @@ class Endpoint:
 
     @property
     def env_key(self) -> str:
-        """`replay-collector` -> `REPLAY_COLLECTOR`: the middle of its environment variables."""
+        """`replay-sampler` -> `REPLAY_SAMPLER`: the middle of its environment variables."""
         return self.name.upper().replace("-", "_")
 
     @property
@@ -55,9 +55,7 @@ ENDPOINTS: dict[str, Endpoint] = {
     e.name: e
     for e in (
         Endpoint("parameter-publish", "zmq", 7001, "cluster"),
-        Endpoint("replay-collector", "zmq", 7010, "cluster"),
         Endpoint("replay-sampler", "zmq", 7011, "cluster"),
-        Endpoint("replay-collector-backend", "zmq", 7012, "pod"),
         Endpoint("replay-sampler-backend", "zmq", 7013, "pod"),
         Endpoint("ps-serve", "zmq", 7020, "cluster"),
         Endpoint("ps-backend", "zmq", 7021, "pod"),
@@ -66,6 +64,33 @@ ENDPOINTS: dict[str, Endpoint] = {
         Endpoint("tensorboard", "http", 6006, "cluster"),
     )
 }
+
+COLLECTOR_PREFIX = "replay-collector-"
+COLLECTOR_BASE_PORT = 7100
+"""Replay shard `i` takes experience on `replay-collector-<i>`, port 7100 + i on Kubernetes."""
+
+
+def endpoint(name: str) -> Endpoint:
+    """The endpoint called `name`: a fixed one, or the collector of one replay shard.
+
+    Each replay shard binds its own collector and agents connect to all of them: the agents' PUSH
+    sockets spread experience round-robin over the shards (skipping a shard whose queue is full),
+    so experience takes one hop, agent to shard, like a bare ZeroMQ pipe. A forwarding load
+    balancer in between measured at half the throughput of a bare pipe on its own, before any
+    work of ours. The replay load balancer keeps what needs a broker: sample requests.
+    """
+    if name in ENDPOINTS:
+        return ENDPOINTS[name]
+    index = name.removeprefix(COLLECTOR_PREFIX)
+    if name.startswith(COLLECTOR_PREFIX) and index.isdigit() and str(int(index)) == index:
+        return Endpoint(name, "zmq", COLLECTOR_BASE_PORT + int(index), "cluster")
+    raise KeyError(name)
+
+
+def collector(shard: int) -> str:
+    """The endpoint on which replay shard `shard` takes experience."""
+    return f"{COLLECTOR_PREFIX}{shard}"
+
 
 _METRICS = ("tensorplex", "loggerplex")
 
@@ -108,7 +133,7 @@ class Group:
     @property
     def exposed(self) -> tuple[str, ...]:
         """Cluster-scope endpoints bound in this group: the ports of its Service."""
-        return tuple(e for p in self.processes for e in p.binds if ENDPOINTS[e].scope == "cluster")
+        return tuple(e for p in self.processes for e in p.binds if endpoint(e).scope == "cluster")
 
 
 @dataclass(frozen=True)
@@ -116,9 +141,9 @@ class Address:
     """Where one endpoint lives in one backend."""
 
     bind: str
-    """What the binder listens on, e.g. `tcp://0.0.0.0:7010`."""
+    """What the binder listens on, e.g. `tcp://0.0.0.0:7011`."""
     connect: str
-    """What others dial, e.g. `tcp://exp-replay.ns.svc.cluster.local:7010`."""
+    """What others dial, e.g. `tcp://exp-replay.ns.svc.cluster.local:7011`."""
     host: str
     """The host (machine or pod group) whose port is taken, for clash checks."""
     port: int
@@ -176,7 +201,7 @@ class Topology:
         """Local addresses: everything on one host, on ports the caller allocated."""
         book: dict[str, Address] = {}
         for name in self.binders:
-            ep = ENDPOINTS[name]
+            ep = endpoint(name)
             port = ports[name]
             scheme = "tcp" if ep.protocol == "zmq" else "http"
             book[name] = Address(
@@ -189,7 +214,7 @@ class Topology:
         """Addresses on Kubernetes: cluster endpoints through the group's Service DNS name."""
         book: dict[str, Address] = {}
         for name, binder in self.binders.items():
-            ep = ENDPOINTS[name]
+            ep = endpoint(name)
             group = self.process(binder).group
             scheme = "tcp" if ep.protocol == "zmq" else "http"
             if ep.scope == "cluster":
@@ -220,9 +245,9 @@ class Topology:
             f"{ENV_PREFIX}EXPERIMENT_DIR": experiment_dir,
         }
         for name in process.binds:
-            env[ENDPOINTS[name].bind_var] = addresses[name].bind
+            env[endpoint(name).bind_var] = addresses[name].bind
         for name in process.connects:
-            env[ENDPOINTS[name].addr_var] = addresses[name].connect
+            env[endpoint(name).addr_var] = addresses[name].connect
         return env
 
 
@@ -260,12 +285,7 @@ def build_topology(name: str, spec: ExperimentSpec) -> Topology:
             "replay",
             0,
             (),
-            (
-                "replay-collector",
-                "replay-sampler",
-                "replay-collector-backend",
-                "replay-sampler-backend",
-            ),
+            ("replay-sampler", "replay-sampler-backend"),
             _METRICS,
         )
     ] + [
@@ -275,8 +295,8 @@ def build_topology(name: str, spec: ExperimentSpec) -> Topology:
             "replay",
             i,
             (),
-            (),
-            ("replay-collector-backend", "replay-sampler-backend", *_METRICS),
+            (collector(i),),
+            ("replay-sampler-backend", *_METRICS),
         )
         for i in range(shards)
     ]
@@ -311,7 +331,7 @@ def build_topology(name: str, spec: ExperimentSpec) -> Topology:
             g,
             tuple(range(g * batch, (g + 1) * batch)),
             (),
-            ("ps-serve", "replay-collector", *_METRICS),
+            ("ps-serve", *(collector(i) for i in range(shards)), *_METRICS),
         )
         for g in range(spec.agents.groups)
     )
@@ -334,8 +354,10 @@ def _check_graph(topo: Topology) -> dict[str, str]:
     binders: dict[str, str] = {}
     for p in topo.processes:
         for e in p.binds:
-            if e not in ENDPOINTS:
-                raise TopologyError(f"{p.name} binds unknown endpoint {e!r}")
+            try:
+                endpoint(e)
+            except KeyError:
+                raise TopologyError(f"{p.name} binds unknown endpoint {e!r}") from None
             if e in binders:
                 raise TopologyError(f"endpoint {e!r} is bound by both {binders[e]} and {p.name}")
             binders[e] = p.name
@@ -347,6 +369,6 @@ def _check_graph(topo: Topology) -> dict[str, str]:
         for e in p.connects:
             if e not in binders:
                 raise TopologyError(f"{p.name} connects to {e!r}, which no process binds")
-            if ENDPOINTS[e].scope == "pod" and topo.process(binders[e]).group != p.group:
+            if endpoint(e).scope == "pod" and topo.process(binders[e]).group != p.group:
                 raise TopologyError(f"{p.name} connects to pod-scoped {e!r} from another group")
     return binders

@@ -26,6 +26,7 @@ import numpy as np
 
 from surreal_kube.comm.experience import ExperienceSender
 from surreal_kube.comm.parameters import FetchSchedule, ParameterClient
+from surreal_kube.experiment.topology import collector
 from surreal_kube.runtime.base import RoleBase
 from surreal_kube.runtime.context import RoleContext
 from surreal_kube.runtime.lifecycle import Every, RateMeter, StopFlag
@@ -81,7 +82,7 @@ class AgentsRole(RoleBase):
             on_fetch_parameter_success=self._on_fetch_success,
         )
         self.sender = ExperienceSender(
-            ctx.addr("replay-collector"),
+            [ctx.addr(collector(i)) for i in range(spec.replay.shards)],
             flush_iteration=spec.agents.flush_iteration,
             timeout=spec.ps.timeout_seconds,
             source=ctx.process,

@@ -1,12 +1,16 @@
 """The replay service: a load balancer (role `replay`) in front of N shards (role `replay-shard`).
 
-    agents --replay-collector--> [replay: PULL->PUSH forwarder] --collector-backend--> shards
+    agents --PUSH--> replay-collector-<i> (each shard binds its own)
     learner --replay-sampler--> [replay: SamplerBroker] <--sampler-backend-- shards
 
-The load balancer binds all four endpoints; shards connect to the two backends, so shards can be
-added without the load balancer knowing their addresses. Experience is spread round-robin over the
-shards (PUSH); sample requests go to shards that announced they are ready (credits), so the start
-condition (`replay.startSampling` items) is evaluated by each shard, without polling.
+Experience goes straight to the shards: every agent's PUSH socket connects to every shard's
+collector and spreads its messages round-robin over them (skipping a shard whose queue is full).
+A forwarding hop measured at half a bare pipe's throughput before any of our work (bench/comm.py),
+and brokering adds nothing to a stream of independent batches. Sampling does need a broker: the
+load balancer binds the sampler and its backend, shards connect to the backend and ask for
+requests only when they can serve them (credits), so the start condition
+(`replay.startSampling` items) is evaluated by each shard, without polling, and shards can be
+added without the load balancer knowing their addresses.
 """
 
 from __future__ import annotations
@@ -19,8 +23,8 @@ from typing import Any
 import zmq
 
 from surreal_kube.comm.experience import ExperienceReceiver
-from surreal_kube.comm.proxy import Forwarder
 from surreal_kube.comm.sampling import SamplerBroker, SampleServer
+from surreal_kube.experiment.topology import collector
 from surreal_kube.runtime.base import RoleBase
 from surreal_kube.runtime.context import RoleContext
 from surreal_kube.runtime.lifecycle import Every, RateMeter, StopFlag
@@ -46,26 +50,17 @@ def make_store(kind: str, capacity: int, *, alpha: float, beta: float, seed: int
 
 
 class ReplayBalancer(RoleBase):
-    """Role `replay`: the collector forwarder and the sampling broker."""
+    """Role `replay`: the sampling broker."""
 
     def __init__(self, ctx: RoleContext, stop: StopFlag | None = None) -> None:
         super().__init__(ctx, stop)
-        self.forwarder = Forwarder(
-            zmq.PULL,
-            ctx.bind("replay-collector"),
-            zmq.PUSH,
-            ctx.bind("replay-collector-backend"),
-            name="collector",
-        ).start()
         self.broker = SamplerBroker(ctx.bind("replay-sampler"), ctx.bind("replay-sampler-backend"))
         self._period = ctx.spec.session.metrics.learner_interval_seconds
 
     def run(self) -> None:
-        """Route sample requests until stopped (the forwarder runs in its own thread)."""
+        """Route sample requests until stopped."""
         log.info(
-            "replay load balancer: collector %s -> %s, sampler %s <- %s",
-            self.forwarder.frontend_addr,
-            self.forwarder.backend_addr,
+            "replay load balancer: sampler %s <- %s",
             self.ctx.bind("replay-sampler"),
             self.ctx.bind("replay-sampler-backend"),
         )
@@ -84,12 +79,9 @@ class ReplayBalancer(RoleBase):
                         "replay_lb/rejected_messages": b.rejects.total,
                     }
                 )
-            if not self.forwarder.alive:
-                raise RuntimeError("the collector forwarder stopped unexpectedly")
 
     def close(self) -> None:
-        """Stop forwarding and close the broker."""
-        self.forwarder.stop()
+        """Close the broker."""
         self.broker.close()
         super().close()
 
@@ -110,13 +102,12 @@ class ReplayShard(RoleBase):
             beta=spec.beta,
             seed=ctx.spec.session.seed + 1000 + ctx.index,
         )
-        # Wait (briefly) for the load balancer, so the log says whether it is reachable and
-        # experience is spread over every shard from the first message on.
-        self.receiver = ExperienceReceiver(ctx.addr("replay-collector-backend"), wait_connected=5.0)
+        self.receiver = ExperienceReceiver(ctx.bind(collector(ctx.index)))
+        # Wait (briefly) for the load balancer, so the log says whether it is reachable.
         self.server = SampleServer(
             ctx.addr("replay-sampler-backend"), index=ctx.index, wait_connected=5.0
         )
-        self.connected = self.receiver.connected and self.server.connected
+        self.connected = self.server.connected
         self.pending: deque[tuple[bytes, int, dict[str, Any]]] = deque()
         self.credits_out = 0
         self.layout_errors = 0
@@ -185,8 +176,9 @@ class ReplayShard(RoleBase):
         if not self.connected:
             log.warning("replay load balancer not reachable yet; waiting for it")
         log.info(
-            "replay shard %d: %s buffer of %d, serving from %d items",
+            "replay shard %d: experience on %s, %s buffer of %d, serving from %d items",
             self.ctx.index,
+            self.receiver.addr,
             self.ctx.spec.replay.kind,
             self.ctx.spec.replay.capacity,
             self.start_sampling,

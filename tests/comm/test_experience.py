@@ -84,9 +84,9 @@ def test_sender_to_dead_replay_times_out_reports_drop_and_recovers(caplog):
 
 def test_receiver_counts_messages_that_do_not_stack():
     addr = free_addr()
-    push = make_socket(zmq.PUSH, bind=addr)  # the load balancer's side
-    receiver = ExperienceReceiver(addr, wait_connected=5.0)
-    assert receiver.connected
+    receiver = ExperienceReceiver(addr)
+    assert receiver.addr == addr
+    push = make_socket(zmq.PUSH, connect=addr)  # an agent's side
     try:
         bad = [
             wire.encode(wire.EXPERIENCE, {"n": 3}, {"obs": np.zeros((2, 4), np.float32)}),
@@ -109,3 +109,28 @@ def test_receiver_counts_messages_that_do_not_stack():
     finally:
         push.close(0)
         receiver.close()
+
+
+def test_sender_spreads_over_every_shard_and_skips_one_that_is_down():
+    """The agent's PUSH socket is the load balancer: round-robin over the shards it reaches."""
+    up, down = free_addr(), free_addr()
+    receivers = [ExperienceReceiver(up), ExperienceReceiver(free_addr())]
+    sender = ExperienceSender([r.addr for r in receivers] + [down], timeout=2.0)
+    try:
+        time.sleep(0.3)  # connections up
+        for i in range(40):
+            sender.send(_item(i))
+        assert sender.sent_items == 40 and sender.dropped_items == 0  # the dead shard costs nothing
+        counts = []
+        for r in receivers:
+            got = 0
+            deadline = time.monotonic() + 5
+            while got < 20 and time.monotonic() < deadline:
+                batch = r.recv(timeout_ms=100)
+                got += batch[1] if batch else 0
+            counts.append(got)
+        assert counts == [20, 20]
+    finally:
+        sender.close()
+        for r in receivers:
+            r.close()

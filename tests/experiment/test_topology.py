@@ -8,7 +8,7 @@ import pytest
 
 from surreal_kube.errors import TopologyError
 from surreal_kube.experiment.resolve import experiment_topology, resolve_experiment
-from surreal_kube.experiment.topology import ENDPOINTS, Address, check_ports
+from surreal_kube.experiment.topology import Address, check_ports, endpoint
 
 METRICS = ("tensorplex", "loggerplex")
 
@@ -55,22 +55,16 @@ def test_processes_groups_and_roles(topo) -> None:
 def test_binds_and_connects(topo) -> None:
     graph = {p.name: (p.binds, p.connects) for p in topo.processes}
     assert graph["learner"] == (("parameter-publish",), ("replay-sampler", *METRICS))
-    assert graph["replay"] == (
-        (
-            "replay-collector",
-            "replay-sampler",
-            "replay-collector-backend",
-            "replay-sampler-backend",
-        ),
-        METRICS,
-    )
+    assert graph["replay"] == (("replay-sampler", "replay-sampler-backend"), METRICS)
+    collectors = ("replay-collector-0", "replay-collector-1")
     for i in (0, 1):
+        # experience goes straight from every agent to every shard
         assert graph[f"replay-shard-{i}"] == (
-            (),
-            ("replay-collector-backend", "replay-sampler-backend", *METRICS),
+            (f"replay-collector-{i}",),
+            ("replay-sampler-backend", *METRICS),
         )
         assert graph[f"ps-shard-{i}"] == ((), ("parameter-publish", "ps-backend", *METRICS))
-        assert graph[f"agents-{i}"] == ((), ("ps-serve", "replay-collector", *METRICS))
+        assert graph[f"agents-{i}"] == ((), ("ps-serve", *collectors, *METRICS))
         assert graph[f"evals-{i}"] == ((), ("ps-serve", *METRICS))
     assert graph["ps"] == (("ps-serve", "ps-backend"), METRICS)
     assert graph["tensorplex"] == (("tensorplex",), ())
@@ -78,22 +72,26 @@ def test_binds_and_connects(topo) -> None:
     assert graph["tensorboard"] == (("tensorboard",), ())
     assert dict(topo.binders) == {
         "parameter-publish": "learner",
-        "replay-collector": "replay",
         "replay-sampler": "replay",
-        "replay-collector-backend": "replay",
         "replay-sampler-backend": "replay",
+        "replay-collector-0": "replay-shard-0",
+        "replay-collector-1": "replay-shard-1",
         "ps-serve": "ps",
         "ps-backend": "ps",
         "tensorplex": "tensorplex",
         "loggerplex": "loggerplex",
         "tensorboard": "tensorboard",
     }
-    assert topo.group("replay").exposed == ("replay-collector", "replay-sampler")
+    assert topo.group("replay").exposed == (
+        "replay-sampler",
+        "replay-collector-0",
+        "replay-collector-1",
+    )
     assert topo.group("agents").exposed == ()
 
 
 def test_environment_local(topo) -> None:
-    ports = {name: 20000 + i for i, name in enumerate(sorted(ENDPOINTS))}
+    ports = {name: 20000 + i for i, name in enumerate(sorted(topo.binders))}
     book = topo.addresses_local(ports)
     env = topo.environment(
         topo.process("agents-1"), book, config_path="/c.yml", experiment_dir="/x"
@@ -106,12 +104,12 @@ def test_environment_local(topo) -> None:
         "SURREAL_CONFIG": "/c.yml",
         "SURREAL_EXPERIMENT_DIR": "/x",
         "SURREAL_PS_SERVE_ADDR": f"tcp://127.0.0.1:{ports['ps-serve']}",
-        "SURREAL_REPLAY_COLLECTOR_ADDR": f"tcp://127.0.0.1:{ports['replay-collector']}",
+        "SURREAL_REPLAY_COLLECTOR_0_ADDR": f"tcp://127.0.0.1:{ports['replay-collector-0']}",
+        "SURREAL_REPLAY_COLLECTOR_1_ADDR": f"tcp://127.0.0.1:{ports['replay-collector-1']}",
         "SURREAL_TENSORPLEX_ADDR": f"tcp://127.0.0.1:{ports['tensorplex']}",
         "SURREAL_LOGGERPLEX_ADDR": f"tcp://127.0.0.1:{ports['loggerplex']}",
     }
     env = topo.environment(topo.process("replay"), book, config_path="/c.yml", experiment_dir="/x")
-    assert env["SURREAL_REPLAY_COLLECTOR_BIND"] == f"tcp://127.0.0.1:{ports['replay-collector']}"
     assert env["SURREAL_REPLAY_SAMPLER_BACKEND_BIND"].startswith("tcp://127.0.0.1:")
     assert set(env) == {
         "SURREAL_EXPERIMENT",
@@ -120,13 +118,17 @@ def test_environment_local(topo) -> None:
         "SURREAL_INDEX",
         "SURREAL_CONFIG",
         "SURREAL_EXPERIMENT_DIR",
-        "SURREAL_REPLAY_COLLECTOR_BIND",
         "SURREAL_REPLAY_SAMPLER_BIND",
-        "SURREAL_REPLAY_COLLECTOR_BACKEND_BIND",
         "SURREAL_REPLAY_SAMPLER_BACKEND_BIND",
         "SURREAL_TENSORPLEX_ADDR",
         "SURREAL_LOGGERPLEX_ADDR",
     }
+    shard = topo.environment(
+        topo.process("replay-shard-1"), book, config_path="/c.yml", experiment_dir="/x"
+    )
+    assert shard["SURREAL_REPLAY_COLLECTOR_1_BIND"] == (
+        f"tcp://127.0.0.1:{ports['replay-collector-1']}"
+    )
     tb = topo.environment(topo.process("tensorboard"), book, config_path="/c", experiment_dir="/x")
     assert tb["SURREAL_TENSORBOARD_BIND"] == f"http://127.0.0.1:{ports['tensorboard']}"
 
@@ -141,12 +143,17 @@ def test_environment_kube(topo) -> None:
     shard = topo.environment(
         topo.process("replay-shard-1"), book, config_path="/c", experiment_dir="/x"
     )
-    assert shard["SURREAL_REPLAY_COLLECTOR_BACKEND_ADDR"] == "tcp://127.0.0.1:7012"  # same pod
+    assert shard["SURREAL_REPLAY_SAMPLER_BACKEND_ADDR"] == "tcp://127.0.0.1:7013"  # same pod
+    assert shard["SURREAL_REPLAY_COLLECTOR_1_BIND"] == "tcp://0.0.0.0:7101"
+    agent = topo.environment(topo.process("agents-0"), book, config_path="/c", experiment_dir="/x")
+    assert agent["SURREAL_REPLAY_COLLECTOR_1_ADDR"] == (
+        "tcp://exp-replay.team-a.svc.cluster.local:7101"
+    )
     assert shard["SURREAL_TENSORPLEX_ADDR"] == "tcp://exp-tensorplex.team-a.svc.cluster.local:7030"
 
 
 def test_a_port_used_twice_on_one_host_is_refused(topo) -> None:
-    ports = {name: 20000 for name in ENDPOINTS}
+    ports = {name: 20000 for name in topo.binders}
     with pytest.raises(TopologyError, match=re.escape("port 20000 is used twice on 127.0.0.1")):
         topo.addresses_local(ports)
     check_ports({"a": Address("x", "x", "pod-a", 1), "b": Address("y", "y", "pod-b", 1)})
@@ -155,3 +162,12 @@ def test_a_port_used_twice_on_one_host_is_refused(topo) -> None:
 def test_no_evals_means_no_eval_group() -> None:
     topo = experiment_topology(resolve_experiment("exp", flags={"evals.count": 0}))
     assert "evals" not in [g.name for g in topo.groups]
+
+
+def test_shard_collectors_are_endpoints_of_their_own() -> None:
+    assert endpoint("replay-collector-3").port == 7103
+    assert endpoint("replay-collector-3").scope == "cluster"
+    assert endpoint("ps-serve").port == 7020
+    for bad in ("replay-collector-", "replay-collector-01", "replay-collector-x", "nope"):
+        with pytest.raises(KeyError):
+            endpoint(bad)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections import Counter
 
 import numpy as np
@@ -35,10 +36,9 @@ def test_two_shards_take_four_senders_and_serve_balanced_batches(local_run):
         run.wait_log(name, "replay shard")
     run.wait_log("replay", "replay load balancer")
 
-    senders = [
-        ExperienceSender(run.addr("replay-collector"), flush_iteration=10, timeout=5.0)
-        for _ in range(4)
-    ]
+    collectors = [run.addr("replay-collector-0"), run.addr("replay-collector-1")]
+    senders = [ExperienceSender(collectors, flush_iteration=10, timeout=5.0) for _ in range(4)]
+    time.sleep(0.5)  # both connections up, as for agents that started before their first send
     prefetcher = Prefetcher(run.addr("replay-sampler"), batch_size=100, depth=4).start()
     try:
         for round_ in range(50):

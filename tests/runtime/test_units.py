@@ -49,8 +49,8 @@ def test_missing_or_contradictory_environment_is_a_clear_error():
         RoleContext.from_env(_env(SURREAL_INDEX="x"))
     ctx = RoleContext.from_env(_env())
     assert ctx.addr("ps-serve") == "tcp://ps:7020"
-    with pytest.raises(RuntimeRoleError, match="SURREAL_REPLAY_COLLECTOR_ADDR"):
-        ctx.addr("replay-collector")
+    with pytest.raises(RuntimeRoleError, match="SURREAL_REPLAY_COLLECTOR_0_ADDR"):
+        ctx.addr("replay-collector-0")
     assert ctx.optional_addr("tensorplex") is None
 
 

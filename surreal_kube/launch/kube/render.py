@@ -27,7 +27,8 @@ import yaml
 from surreal_kube.errors import LaunchError
 from surreal_kube.experiment.resolve import dump_yaml, experiment_topology
 from surreal_kube.experiment.spec import Experiment
-from surreal_kube.experiment.topology import ENDPOINTS, ENV_PREFIX, Group, Process, Topology
+from surreal_kube.experiment.topology import ENV_PREFIX, Group, Process, Topology
+from surreal_kube.experiment.topology import endpoint as endpoint_spec
 from surreal_kube.launch.kube import naming
 from surreal_kube.launch.kube.gpus import ContainerGPUs, container_gpus
 from surreal_kube.launch.kube.ownership import RETAIN_ANNOTATION, owner_reference
@@ -197,10 +198,11 @@ def _planned(exp: Experiment, profile: ClusterProfile, keys: list[str]) -> dict[
 def port_name(endpoint: str, taken: set[str]) -> str:
     """A Service/container port name for an endpoint: IANA service names have <= 15 characters.
 
-    The endpoint's own name when it fits (`tensorplex`, `ps-serve`), else without its leading word
-    (`replay-collector` -> `collector`, `parameter-publish` -> `publish`), else `<proto>-<port>`.
+    The endpoint's own name when it fits (`tensorplex`, `ps-serve`), else without its leading
+    word (`replay-collector-0` -> `collector-0`, `parameter-publish` -> `publish`), else
+    `<proto>-<port>`.
     """
-    ep = ENDPOINTS[endpoint]
+    ep = endpoint_spec(endpoint)
     for candidate in (endpoint, endpoint.split("-", 1)[-1]):
         if len(candidate) <= _MAX_PORT_NAME and candidate not in taken:
             return candidate
@@ -283,7 +285,7 @@ class _Context:
         for endpoint in endpoints:
             name = port_name(endpoint, taken)
             taken.add(name)
-            out.append({"name": name, "port": ENDPOINTS[endpoint].port, "endpoint": endpoint})
+            out.append({"name": name, "port": endpoint_spec(endpoint).port, "endpoint": endpoint})
         return out
 
     def workload(self, group: Group) -> dict[str, Any]:
@@ -356,11 +358,11 @@ class _Context:
         entries.append({"name": "HOME", "value": "/tmp"})  # the root filesystem is read-only
         if gpus.visible is not None:
             entries.append({"name": "CUDA_VISIBLE_DEVICES", "value": gpus.visible})
-        exposed = [e for e in process.binds if ENDPOINTS[e].scope == "cluster"]
+        exposed = [e for e in process.binds if endpoint_spec(e).scope == "cluster"]
         ports = self._ports(tuple(exposed))
         probe = None
         if ports:
-            first = ENDPOINTS[ports[0]["endpoint"]]
+            first = endpoint_spec(ports[0]["endpoint"])
             probe = {"port": first.port, "http": first.protocol == "http"}
         return {
             "name": group.name if group.replicated else process.name,

@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 
 from surreal_kube.errors import SpecError
-from surreal_kube.experiment.topology import ENDPOINTS
+from surreal_kube.experiment.topology import ENDPOINTS, Endpoint, collector, endpoint
 from surreal_kube.launch.kube.apply import create_objects
 from surreal_kube.launch.kube.client import Kube
 from surreal_kube.launch.kube.profile import ClusterProfile, discover_profile, profile_from_dict
@@ -36,6 +36,12 @@ pytestmark = pytest.mark.cluster
 def kube(kube_cluster: Any, kube_namespace: str) -> Iterator[Kube]:
     with Kube(kubeconfig=kube_cluster.kubeconfig, namespace=kube_namespace) as client:
         yield client
+
+
+def endpoint_of_variable(var: str) -> Endpoint:
+    """The endpoint whose address a `SURREAL_<ENDPOINT>_ADDR` variable holds."""
+    names = [*ENDPOINTS, *(collector(i) for i in range(64))]
+    return next(endpoint(n) for n in names if endpoint(n).addr_var == var)
 
 
 def wait_for(what: str, check: Callable[[], Any], timeout: float = 120.0) -> Any:
@@ -183,7 +189,7 @@ def test_applied_experiment_schedules_wires_and_deletes(
             for env in container["env"]:
                 if not env["name"].endswith("_ADDR") or "://127.0.0.1:" in env.get("value", ""):
                     continue
-                endpoint = next(e for e in ENDPOINTS.values() if e.addr_var == env["name"])
+                endpoint = endpoint_of_variable(env["name"])
                 host, port = env["value"].split("://")[1].rsplit(":", 1)
                 service, namespace = host.split(".")[:2]
                 assert namespace == kube_namespace
@@ -212,11 +218,12 @@ def test_applied_experiment_schedules_wires_and_deletes(
                     for c in pod_by_name[target]["spec"]["containers"]
                     for p in c.get("ports") or []
                 ]
-                assert int(port) in declared and ENDPOINTS[endpoint.name].port == int(port)
+                assert int(port) in declared and endpoint.port == int(port)
                 checked.add(endpoint.name)
     assert checked == {
         "parameter-publish",
-        "replay-collector",
+        "replay-collector-0",
+        "replay-collector-1",
         "replay-sampler",
         "ps-serve",
         "tensorplex",

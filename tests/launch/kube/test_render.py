@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from surreal_kube.experiment.resolve import experiment_topology, resolve_experiment
-from surreal_kube.experiment.topology import ENDPOINTS
+from surreal_kube.experiment.topology import ENDPOINTS, Endpoint, collector, endpoint
 from surreal_kube.launch.kube import naming
 from surreal_kube.launch.kube.ownership import RETAIN_ANNOTATION, root_of, set_owner
 from surreal_kube.launch.kube.profile import profile_from_dict
@@ -28,6 +28,12 @@ OWNER = {
     "uid": "6c1f1a1e-0000-4000-8000-000000000001",
 }
 ROOT = Path(__file__).resolve().parents[3]
+
+
+def endpoint_of_variable(var: str) -> Endpoint:
+    """The endpoint whose address a `SURREAL_<ENDPOINT>_ADDR` variable holds."""
+    names = [*ENDPOINTS, *(collector(i) for i in range(64))]
+    return next(endpoint(n) for n in names if endpoint(n).addr_var == var)
 
 
 def workloads(objects: list[dict]) -> list[dict]:
@@ -165,7 +171,7 @@ def test_every_connect_address_is_a_service_selecting_its_binder(case: str) -> N
         for var, entry in env_of(container).items():
             if not var.endswith("_ADDR"):
                 continue
-            endpoint = next(e for e in ENDPOINTS.values() if e.addr_var == var)
+            endpoint = endpoint_of_variable(var)
             host, port = entry["value"].split("://")[1].rsplit(":", 1)
             binder = topo.group_of(topo.process(topo.binders[endpoint.name]))
             if endpoint.scope == "pod":
@@ -304,7 +310,7 @@ def test_port_names_fit_the_iana_limit() -> None:
     taken: set[str] = set()
     names = [port_name(e, taken) for e in ENDPOINTS]
     assert all(len(n) <= 15 for n in names)
-    assert port_name("replay-collector", set()) == "collector"
+    assert port_name("replay-collector-12", set()) == "collector-12"
     assert port_name("parameter-publish", set()) == "publish"
     assert port_name("tensorboard", set()) == "tensorboard"
 
