@@ -58,6 +58,9 @@ class EvalRole(RoleBase):
         self.evaluations = 0
         self.final = threading.Event()
         """Set by SIGUSR1: evaluate the newest parameters once more, then exit."""
+        if threading.current_thread() is threading.main_thread():
+            # before the status says "running", which is when the supervisor may send it
+            signal.signal(signal.SIGUSR1, lambda *_: self.final.set())
         previous = self.progress.data.get("last_return")
         self.last_return: float | None = previous if isinstance(previous, float) else None
 
@@ -126,8 +129,6 @@ class EvalRole(RoleBase):
             spec.episodes,
             spec.interval_seconds,
         )
-        if threading.current_thread() is threading.main_thread():
-            signal.signal(signal.SIGUSR1, lambda *_: self.final.set())
         self.progress.write("running")
         while not self.stop.is_set():
             started = time.monotonic()

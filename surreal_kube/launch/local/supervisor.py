@@ -22,7 +22,7 @@ from pathlib import Path
 
 from surreal_kube.experiment.spec import Experiment
 from surreal_kube.experiment.topology import Process, Topology
-from surreal_kube.launch.local.folder import ExperimentFolder, write_json_atomic
+from surreal_kube.launch.local.folder import ExperimentFolder, read_json, write_json_atomic
 from surreal_kube.launch.local.progress import Progress, read_progress
 from surreal_kube.launch.local.results import CurveRecorder
 
@@ -249,9 +249,16 @@ class Supervisor:
 
     def _final_evaluation(self) -> None:
         evals = [c for c in self.children.values() if c.process.role == "eval" and _running(c)]
-        for child in evals:
-            _signal_group(child.popen.pid, signal.SIGUSR1)  # type: ignore[union-attr]
         deadline = time.time() + FINAL_EVAL_TIMEOUT
+        for child in evals:
+            # an evaluator still starting up has no handler yet: SIGUSR1 would kill it
+            status = self.folder.status / f"{child.process.name}.json"
+            while _running(child) and time.time() < deadline:
+                if (read_json(status) or {}).get("state") == "running":
+                    break
+                time.sleep(0.2)
+            if _running(child):
+                _signal_group(child.popen.pid, signal.SIGUSR1)  # type: ignore[union-attr]
         for child in evals:
             try:
                 child.popen.wait(timeout=max(0.1, deadline - time.time()))  # type: ignore[union-attr]
