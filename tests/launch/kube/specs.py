@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from surreal_kube.experiment.resolve import resolve_experiment
 from surreal_kube.experiment.spec import Experiment
+from surreal_kube.experiment.topology import ENDPOINTS, Endpoint, collector, endpoint
 
 IMAGES = {
     "cpu": "registry.test/surreal-kube/runtime-cpu:0123456789abcdef",
@@ -38,3 +39,9 @@ TINY = [
 def experiment(case: str, name: str = "exp-matrix", extra: list[str] | None = None) -> Experiment:
     """The resolved experiment of one matrix case."""
     return resolve_experiment(name, sets=[*MATRIX[case], *(extra or [])])
+
+
+def endpoint_of_variable(var: str) -> Endpoint:
+    """The endpoint whose address a `SURREAL_<ENDPOINT>_ADDR` variable holds."""
+    names = [*ENDPOINTS, *(collector(i) for i in range(64))]
+    return next(endpoint(n) for n in names if endpoint(n).addr_var == var)

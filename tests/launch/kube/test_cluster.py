@@ -22,12 +22,11 @@ from typing import Any
 import pytest
 
 from surreal_kube.errors import SpecError
-from surreal_kube.experiment.topology import ENDPOINTS, Endpoint, collector, endpoint
 from surreal_kube.launch.kube.apply import create_objects
 from surreal_kube.launch.kube.client import Kube
 from surreal_kube.launch.kube.profile import ClusterProfile, discover_profile, profile_from_dict
 from surreal_kube.launch.kube.render import render_experiment
-from tests.launch.kube.specs import IMAGES, MATRIX, experiment
+from tests.launch.kube.specs import IMAGES, MATRIX, endpoint_of_variable, experiment
 
 pytestmark = pytest.mark.cluster
 
@@ -36,12 +35,6 @@ pytestmark = pytest.mark.cluster
 def kube(kube_cluster: Any, kube_namespace: str) -> Iterator[Kube]:
     with Kube(kubeconfig=kube_cluster.kubeconfig, namespace=kube_namespace) as client:
         yield client
-
-
-def endpoint_of_variable(var: str) -> Endpoint:
-    """The endpoint whose address a `SURREAL_<ENDPOINT>_ADDR` variable holds."""
-    names = [*ENDPOINTS, *(collector(i) for i in range(64))]
-    return next(endpoint(n) for n in names if endpoint(n).addr_var == var)
 
 
 def wait_for(what: str, check: Callable[[], Any], timeout: float = 120.0) -> Any:

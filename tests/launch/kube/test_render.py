@@ -13,12 +13,12 @@ import pytest
 import yaml
 
 from surreal_kube.experiment.resolve import experiment_topology, resolve_experiment
-from surreal_kube.experiment.topology import ENDPOINTS, Endpoint, collector, endpoint
+from surreal_kube.experiment.topology import ENDPOINTS
 from surreal_kube.launch.kube import naming
 from surreal_kube.launch.kube.ownership import RETAIN_ANNOTATION, root_of, set_owner
 from surreal_kube.launch.kube.profile import profile_from_dict
 from surreal_kube.launch.kube.render import dump_objects, port_name, render_experiment
-from tests.launch.kube.specs import IMAGES, MATRIX, experiment
+from tests.launch.kube.specs import IMAGES, MATRIX, endpoint_of_variable, experiment
 
 K8S_VERSION = "1.37.0"
 OWNER = {
@@ -28,12 +28,6 @@ OWNER = {
     "uid": "6c1f1a1e-0000-4000-8000-000000000001",
 }
 ROOT = Path(__file__).resolve().parents[3]
-
-
-def endpoint_of_variable(var: str) -> Endpoint:
-    """The endpoint whose address a `SURREAL_<ENDPOINT>_ADDR` variable holds."""
-    names = [*ENDPOINTS, *(collector(i) for i in range(64))]
-    return next(endpoint(n) for n in names if endpoint(n).addr_var == var)
 
 
 def workloads(objects: list[dict]) -> list[dict]:
