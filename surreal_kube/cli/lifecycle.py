@@ -320,7 +320,7 @@ def tb(
     """Find or start the experiment's TensorBoard and print its URL.
 
     On a cluster: port-forward through the API server to the experiment's TensorBoard pod,
-    print the local URL and keep forwarding until Ctrl-C.
+    print the local URL and keep forwarding until Ctrl-C or SIGTERM (both exit 0).
 
     Examples:
 

@@ -8,7 +8,9 @@ when SURREAL_KUBE_DEBUG is set.
 from __future__ import annotations
 
 import os
+import signal
 import sys
+from types import FrameType
 
 import typer
 
@@ -47,16 +49,30 @@ app.command("exec")(exec_cmd.exec_)
 app.command()(scale_cmd.scale)
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, delivered like Ctrl-C so that every verb that stops cleanly on one does on both."""
+
+
+def _terminate(signum: int, frame: FrameType | None) -> None:
+    raise Terminated
+
+
 def run(argv: list[str] | None = None) -> None:
-    """Console-script entry point."""
+    """Console-script entry point.
+
+    SIGTERM is turned into the same clean stop as Ctrl-C. A job started in the background by a
+    non-interactive shell inherits SIGINT as ignored (and Python keeps it so), so SIGTERM is the
+    one stop signal a long-running verb (`tb`, `logs -f`) can always be given.
+    """
+    signal.signal(signal.SIGTERM, _terminate)
     try:
         app(args=argv, standalone_mode=True)
     except SurrealKubeError as exc:
         err.print(f"[bold red]error:[/] {exc}", markup=True, highlight=False)
         sys.exit(exc.exit_code)
-    except KeyboardInterrupt:
-        err.print("interrupted")
-        sys.exit(130)
+    except KeyboardInterrupt as exc:
+        err.print("terminated" if isinstance(exc, Terminated) else "interrupted")
+        sys.exit(128 + (signal.SIGTERM if isinstance(exc, Terminated) else signal.SIGINT))
     except Exception as exc:  # the one place unexpected errors are caught
         if os.environ.get("SURREAL_KUBE_DEBUG"):
             raise

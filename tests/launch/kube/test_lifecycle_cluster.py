@@ -38,6 +38,7 @@ from tests.operator.support import (
     wait_for,
 )
 from tests.operator.support import connect as kube_for
+from tests.processes import running, stop
 
 pytestmark = pytest.mark.cluster
 
@@ -434,39 +435,41 @@ def test_logs_exec_and_tensorboard_through_the_api_server(
         },
     )
     env = {**os.environ, **kube_cluster.env()}
-    tb = subprocess.Popen(
+    # SIGINT ignored, as in a background job of a non-interactive shell (`nohup make test &`):
+    # `tb` must still stop cleanly, on SIGTERM.
+    with running(
         [sys.executable, "-m", "surreal_kube.cli.main", "tb", name, "-n", ns],
+        ignore_sigint=True,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
         env=env,
         cwd=ROOT,
-    )
-    try:
-        url = tb.stdout.readline().strip()
-        assert url.startswith("http://127.0.0.1:") and url.endswith("/"), (
-            url if url else tb.stderr.read()
-        )
+    ) as tb:
+        try:
+            url = tb.stdout.readline().strip()
+            assert url.startswith("http://127.0.0.1:") and url.endswith("/"), (
+                url if url else tb.stderr.read()
+            )
 
-        def fetch() -> str | None:
-            try:
-                with urllib.request.urlopen(url + "data/runs", timeout=5) as r:
-                    return r.read().decode()
-            except OSError:
-                return None
+            def fetch() -> str | None:
+                try:
+                    with urllib.request.urlopen(url + "data/runs", timeout=5) as r:
+                        return r.read().decode()
+                except OSError:
+                    return None
 
-        assert (
-            wait_for("TensorBoard through the port-forward", fetch)
-            == "tensorboard stand-in at /data/runs"
-        )
-        assert (
-            fetch() == "tensorboard stand-in at /data/runs"
-        )  # a second connection, a second stream
-    finally:
-        tb.send_signal(signal.SIGINT)
-        tb.wait(timeout=20)
-        server.shutdown()
-    assert tb.returncode == 0
+            assert (
+                wait_for("TensorBoard through the port-forward", fetch)
+                == "tensorboard stand-in at /data/runs"
+            )
+            assert (
+                fetch() == "tensorboard stand-in at /data/runs"
+            )  # a second connection, a second stream
+        finally:
+            server.shutdown()
+        _, tb_err = stop(tb, signal.SIGTERM)
+    assert tb.returncode == 0, tb_err
 
 
 def test_dry_runs_store_nothing(kube_cluster: Any, kube_namespace: str, tmp_path: Path) -> None:

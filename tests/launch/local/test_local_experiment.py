@@ -23,6 +23,7 @@ import pytest
 from surreal_kube.launch.local.backend import pid_alive
 from surreal_kube.launch.local.folder import read_json
 from surreal_kube.launch.local.ports import port_is_free
+from tests.processes import running, stop
 
 pytestmark = pytest.mark.slow
 
@@ -231,21 +232,16 @@ def test_bad_input_starts_nothing(tmp_path: Path, args: list[str], code: int, me
 
 def test_foreground_view_and_ctrl_c_stop_cleanly(tmp_path: Path) -> None:
     root = tmp_path / "exps"
-    proc = subprocess.Popen(
+    # The child gets SIGINT at its default, as from a terminal, however this test run started.
+    with running(
         [*SK, "create", "exp-fg", "--local", "--root", str(root), *SMALL,
          "--max-env-steps", "50000000"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )
-    folder = root / "exp-fg"
-    try:
+    ) as proc:
+        folder = root / "exp-fg"
         wait_for("agents acting with published parameters", lambda: status_of(
             folder, "agents-0").get("param_version", -1) >= 1)
-        proc.send_signal(signal.SIGINT)  # what Ctrl-C sends
-        out, err = proc.communicate(timeout=60)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.communicate()
+        out, err = stop(proc, signal.SIGINT, timeout=60)  # what Ctrl-C sends
     assert proc.returncode == 0, err[-2000:]
     assert out.strip() == str((folder / "results" / "learning_curve.png").resolve())
     assert "exp-fg: stopped (stopped by request)" in err
