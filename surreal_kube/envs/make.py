@@ -8,12 +8,12 @@ one clear `SpecError` at `create` time instead of a crash in every agent.
 
 from __future__ import annotations
 
-import difflib
 import os
 from typing import TYPE_CHECKING, Any
 
 import gymnasium as gym
 
+from surreal_kube.envs.ids import FORM, PREFIXES, check_env_id, quiet_gymnasium
 from surreal_kube.envs.video import VideoRecorder
 from surreal_kube.envs.wrappers import ActionRepeat, FrameStack, ObservationDict
 from surreal_kube.errors import SpecError
@@ -21,7 +21,6 @@ from surreal_kube.errors import SpecError
 if TYPE_CHECKING:
     from surreal_kube.experiment.spec import EnvSpec
 
-PREFIXES = ("gym",)
 DEFAULT_PIXEL_SIZE = 84
 
 
@@ -29,9 +28,7 @@ def parse_env_id(env_id: str) -> tuple[str, str]:
     """'gym:Ant-v5' -> ('gym', 'Ant-v5'); anything else is a SpecError."""
     prefix, sep, name = env_id.partition(":")
     if not sep or prefix not in PREFIXES or not name:
-        raise SpecError(
-            f"environment id {env_id!r} must look like 'gym:<gymnasium id>', e.g. gym:Ant-v5"
-        )
+        raise SpecError(f"environment id {env_id!r} must look like {FORM}")
     return prefix, name
 
 
@@ -100,7 +97,8 @@ def make_env(
             make_kwargs.setdefault("height", DEFAULT_PIXEL_SIZE)
     if opts.get("max_episode_steps"):
         make_kwargs["max_episode_steps"] = opts["max_episode_steps"]
-    out = gym.make(name, **make_kwargs)
+    with quiet_gymnasium():
+        out = gym.make(name, **make_kwargs)
     if opts.get("action_repeat", 1) > 1:
         out = ActionRepeat(out, opts["action_repeat"])
     if pixel:
@@ -129,15 +127,9 @@ def check_env(env: EnvSpec | str, algorithm: str | None = None) -> tuple[gym.Spa
     observations) renders, and that `algorithm` ("ppo" / "ddpg") can drive its action space.
     """
     env_id = env if isinstance(env, str) else env.id
+    check_env_id(env_id)  # the registry: one message, one suggestion
     _, name = parse_env_id(env_id)
-    try:
-        gym.spec(name)
-    except gym.error.Error as exc:
-        known = list(gym.registry.keys())
-        close = difflib.get_close_matches(name, known, n=1)
-        hint = f"; did you mean 'gym:{close[0]}'?" if close else ""
-        raise SpecError(f"unknown environment {env_id!r}: {exc}{hint}") from exc
-    if _is_mujoco(name):
+    if ":" not in name and _is_mujoco(name):
         try:
             import mujoco  # noqa: F401
         except ImportError as exc:
@@ -146,7 +138,8 @@ def check_env(env: EnvSpec | str, algorithm: str | None = None) -> tuple[gym.Spa
                 "(pip install 'gymnasium[mujoco]')"
             ) from exc
     try:
-        instance = make_env(env)
+        with quiet_gymnasium(keep_deprecations=False):  # check_env_id's caller shows those
+            instance = make_env(env)
         try:
             instance.reset(seed=0)
             obs_space, action_space = instance.observation_space, instance.action_space
