@@ -23,7 +23,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from surreal_kube.errors import SpecError
+from surreal_kube.errors import SpecError, SurrealKubeError
 from surreal_kube.experiment.spec import Experiment
 from surreal_kube.launch.kube import apply, cluster, naming
 from surreal_kube.launch.kube.client import (
@@ -136,15 +136,42 @@ def apply_experiment(kube: Kube, obj: Mapping[str, Any], config: Config) -> list
     """Apply everything the experiment should have and prune the rest; what was pruned."""
     exp, objects = desired(kube, obj, config)
     namespace = obj["metadata"]["namespace"]
+    restarts = restarted_by_edit(kube, exp, namespace)
     apply.apply_objects(kube, objects, namespace)
     pruned = apply.prune(kube, exp.metadata.name, objects, namespace)
+    message = f"{len(objects)} objects applied"
+    if restarts:
+        message += f"; restarting {restarts}"
     set_conditions(
         kube,
         obj,
-        [condition("Applied", "True", "Applied", f"{len(objects)} objects applied")],
+        [condition("Applied", "True", "Applied", message)],
         observed_generation=obj["metadata"].get("generation"),
     )
     return pruned
+
+
+def restarted_by_edit(kube: Kube, exp: Experiment, namespace: str) -> str:
+    """Which components a spec edit restarts, and why (reads.py), from the live ConfigMap's spec.
+
+    Their pod templates carry a new config digest, so Kubernetes rolls them; this only says so,
+    in the Applied condition, because a restarted learner is worth knowing about.
+    """
+    from surreal_kube.experiment.reads import changed_components, describe_changes
+    from surreal_kube.experiment.resolve import load_yaml_text, validate_document
+    from surreal_kube.launch.kube.render import CONFIG_KEY
+
+    live = kube.get_or_none(
+        resource("v1", "ConfigMap"), naming.config_name(exp.metadata.name), namespace
+    )
+    text = ((live or {}).get("data") or {}).get(CONFIG_KEY)
+    if not text:
+        return ""
+    try:
+        before = validate_document(load_yaml_text(text, "the live ConfigMap"))
+    except SurrealKubeError:
+        return ""  # written by another version: nothing to compare against
+    return describe_changes(changed_components(before, exp))
 
 
 def ensure(kube: Kube, obj: Mapping[str, Any], config: Config) -> list[str]:

@@ -238,6 +238,34 @@ def test_spec_edits_are_followed_without_touching_the_learner(
             lambda: (s := running(kube, name)) and s.get("observedGeneration") == generation,
         )
 
+        # a setting only evals read rolls the evals (their config digest changed), not the learner
+        digest = "surreal.ai/config-digest"
+        learner_generation = kube.get(DEPLOY, f"{name}-learner")["metadata"]["generation"]
+        evals_before = kube.get(STS, f"{name}-evals")["spec"]["template"]["metadata"]
+        kube.patch(EXPERIMENT, name, {"spec": {"evals": {"episodes": 7}}})
+        wait_for(
+            "Applied to say the evals restart",
+            lambda: applied_message(kube, name).endswith("restarting eval (evals changed)"),
+        )
+        evals_after = kube.get(STS, f"{name}-evals")["spec"]["template"]["metadata"]
+        assert evals_after["annotations"][digest] != evals_before["annotations"][digest]
+        assert pod_uid(kube, "learner", name) == learner
+        assert kube.get(DEPLOY, f"{name}-learner")["metadata"]["generation"] == learner_generation
+
+        # a hyper-parameter the learner reads restarts it, and the Applied condition says so
+        kube.patch(EXPERIMENT, name, {"spec": {"algorithm": {"lrPolicy": 0.0003}}})
+        wait_for(
+            "Applied to say the learner restarts",
+            lambda: "restarting learner (algorithm changed); agent (algorithm changed)"
+            in applied_message(kube, name),
+        )
+        assert kube.get(DEPLOY, f"{name}-learner")["metadata"]["generation"] > learner_generation
+
+
+def applied_message(kube: Any, name: str) -> str:
+    conditions = (kube.get(EXPERIMENT, name).get("status") or {}).get("conditions") or []
+    return next((c["message"] for c in conditions if c["type"] == "Applied"), "")
+
 
 def test_what_disappears_is_recreated_and_failures_are_counted(
     kube_cluster: Any, kube_namespace: str, kube: Any, tmp_path: Path

@@ -25,6 +25,7 @@ from typing import Any
 import yaml
 
 from surreal_kube.errors import LaunchError
+from surreal_kube.experiment.reads import config_digest
 from surreal_kube.experiment.resolve import dump_yaml, experiment_topology
 from surreal_kube.experiment.spec import Experiment
 from surreal_kube.experiment.topology import ENV_PREFIX, Group, Process, Topology
@@ -44,7 +45,23 @@ from surreal_kube.launch.kube.profile import ClusterProfile
 CONFIG_DIR = "/etc/surreal"
 CONFIG_KEY = "experiment.yaml"
 ROLE_COMMAND = "surreal-kube-role"
+CONFIG_DIGEST_ANNOTATION = "surreal.ai/config-digest"
+"""On each pod template: the digest of the spec sections its component reads (reads.py), so a
+spec edit rolls exactly the workloads whose processes must see it."""
+THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
+"""Set from each container's CPU limit: torch and BLAS otherwise size their pools to the node's
+cores, and a 1-CPU container running 32 threads is throttled into a crawl."""
 _MAX_PORT_NAME = 15
+
+ROLE_SHARES: dict[str, tuple[int, int]] = {
+    "replay": (1, 1),
+    "replay-shard": (3, 3),
+    "ps": (1, 1),
+    "ps-shard": (2, 2),
+}
+"""(cpu, memory) weights of the roles that share a pod: a replay shard stores and samples the
+data while the broker only routes requests; a parameter shard answers the fetches the proxy
+forwards. Roles not listed weigh (1, 1)."""
 
 
 # ------------------------------------------------------------------------------------- jinja
@@ -209,12 +226,26 @@ def port_name(endpoint: str, taken: set[str]) -> str:
     return f"{ep.protocol}-{ep.port}"
 
 
-def split_evenly(total: int, parts: int, unit: int = 1) -> list[int]:
-    """`total` in `parts` whole multiples of `unit` where possible, the first ones larger."""
-    if total % unit or total // unit < parts:
+def split_weighted(total: int, weights: list[int], unit: int = 1) -> list[int]:
+    """`total` in parts proportional to `weights`, whole multiples of `unit` where possible.
+
+    Largest remainders get the leftover units (ties: earlier parts), so the parts always add
+    up to `total` exactly and equal weights reproduce an even split.
+    """
+    if total % unit or total // unit < len(weights):
         unit = 1
-    base, extra = divmod(total // unit, parts)
-    return [(base + (1 if i < extra else 0)) * unit for i in range(parts)]
+    units, whole = total // unit, sum(weights)
+    shares = [units * w // whole for w in weights]
+    left = units - sum(shares)
+    order = sorted(range(len(weights)), key=lambda i: (-(units * weights[i] % whole), i))
+    for i in order[:left]:
+        shares[i] += 1
+    return [share * unit for share in shares]
+
+
+def threads_for(millicpu: int) -> int:
+    """Compute threads for a CPU limit: whole cores, at least one."""
+    return max(1, millicpu // 1000)
 
 
 class _Context:
@@ -302,8 +333,9 @@ class _Context:
         shape = pod_shape(self.exp, group.component)
         processes = list(group.processes[:1]) if group.replicated else list(group.processes)
         gpus = container_gpus(group, shape.gpus)
-        cpus = split_evenly(shape.millicpu, len(processes))
-        memory = split_evenly(shape.memory, len(processes), unit=2**20)
+        weights = [ROLE_SHARES.get(p.role, (1, 1)) for p in processes]
+        cpus = split_weighted(shape.millicpu, [w[0] for w in weights])
+        memory = split_weighted(shape.memory, [w[1] for w in weights], unit=2**20)
         placement = self.placements[group.name]
         containers = [
             self._container(group, p, cpus[i], memory[i], gpus[p.name])
@@ -316,6 +348,7 @@ class _Context:
             path = f"{path.rstrip('/')}/{self.name}"
         return {
             "labels": self._labels(group.name),
+            "annotations": {CONFIG_DIGEST_ANNOTATION: config_digest(self.exp, group.component)},
             "containers": containers,
             "image": self.images[image_key(self.exp, group.component)],
             "uid": self.profile.run_as_user,
@@ -356,6 +389,8 @@ class _Context:
             env.pop(index_var)
         entries.extend({"name": k, "value": v} for k, v in env.items())
         entries.append({"name": "HOME", "value": "/tmp"})  # the root filesystem is read-only
+        threads = str(threads_for(millicpu))
+        entries.extend({"name": name, "value": threads} for name in THREAD_VARIABLES)
         if gpus.visible is not None:
             entries.append({"name": "CUDA_VISIBLE_DEVICES", "value": gpus.visible})
         exposed = [e for e in process.binds if endpoint_spec(e).scope == "cluster"]

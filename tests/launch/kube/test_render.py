@@ -2,22 +2,34 @@
 
 from __future__ import annotations
 
+import copy
 import os
 import subprocess
 import sys
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import kubernetes_validate
 import pytest
 import yaml
 
-from surreal_kube.experiment.resolve import experiment_topology, resolve_experiment
+from surreal_kube.experiment.resolve import (
+    experiment_topology,
+    resolve_experiment,
+    validate_document,
+)
 from surreal_kube.experiment.topology import ENDPOINTS
 from surreal_kube.launch.kube import naming
 from surreal_kube.launch.kube.ownership import RETAIN_ANNOTATION, root_of, set_owner
 from surreal_kube.launch.kube.profile import profile_from_dict
-from surreal_kube.launch.kube.render import dump_objects, port_name, render_experiment
+from surreal_kube.launch.kube.render import (
+    CONFIG_DIGEST_ANNOTATION,
+    dump_objects,
+    port_name,
+    render_experiment,
+    split_weighted,
+)
 from tests.launch.kube.specs import IMAGES, MATRIX, endpoint_of_variable, experiment
 
 K8S_VERSION = "1.37.0"
@@ -225,12 +237,82 @@ def test_multi_process_pods_have_one_container_per_process() -> None:
     ]
     assert [c["command"][1] for c in replay] == ["replay"] + ["replay-shard"] * 3
     assert [env_of(c)["SURREAL_INDEX"]["value"] for c in replay] == ["0", "0", "1", "2"]
-    # the pod asks for exactly the component's resources (replay: cpu 1, memory 2Gi), split up
-    assert [c["resources"]["requests"]["cpu"] for c in replay] == ["250m"] * 4
-    assert [c["resources"]["requests"]["memory"] for c in replay] == ["512Mi"] * 4
+    # the pod asks for exactly the component's resources (replay: cpu 1, memory 2Gi), shared by
+    # role: a shard that stores and samples weighs three brokers that only route
+    assert [c["resources"]["requests"]["cpu"] for c in replay] == ["100m"] + ["300m"] * 3
+    assert [c["resources"]["requests"]["memory"] for c in replay] == [
+        "205Mi", "615Mi", "614Mi", "614Mi"
+    ]
     ps = by_name["exp-matrix-ps"]["spec"]["template"]["spec"]["containers"]
     assert [c["name"] for c in ps] == ["ps", "ps-shard-0", "ps-shard-1"]
-    assert [c["resources"]["requests"]["cpu"] for c in ps] == ["84m", "83m", "83m"]
+    assert [c["resources"]["requests"]["cpu"] for c in ps] == ["50m", "100m", "100m"]
+
+
+@pytest.mark.parametrize(
+    ("total", "weights", "unit", "parts"),
+    [
+        (1000, [1, 1, 1], 1, [334, 333, 333]),
+        (250, [1, 2, 2], 1, [50, 100, 100]),
+        (2048 * 2**20, [1, 3, 3, 3], 2**20, [205 * 2**20, 615 * 2**20, 614 * 2**20, 614 * 2**20]),
+        (3, [1, 1, 1, 1], 1, [1, 1, 1, 0]),
+    ],
+)
+def test_split_weighted_adds_up_exactly(total: int, weights: list, unit: int, parts: list) -> None:
+    assert split_weighted(total, weights, unit) == parts
+    assert sum(parts) == total
+
+
+def test_threads_follow_each_containers_cpu_limit() -> None:
+    """Pods got no OMP_NUM_THREADS: torch sized its pools to the node's cores under a 1-2 CPU limit."""
+    objects = render_experiment(
+        experiment("ddpg-three-replay-shards"), "rl", images=IMAGES
+    )
+    seen = {}
+    for _, c in containers(objects):
+        env = env_of(c)
+        cpu = c["resources"]["limits"]["cpu"]
+        millicpu = int(cpu[:-1]) if cpu.endswith("m") else int(float(cpu) * 1000)
+        expected = str(max(1, millicpu // 1000))
+        for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
+            assert env[var]["value"] == expected, (c["name"], var)
+        seen[c["name"]] = expected
+    assert seen["learner"] == "2" and seen["replay-shard-0"] == "1"
+
+
+def pod_digests(objects: list[dict]) -> dict[str, str]:
+    return {
+        w["metadata"]["name"]: w["spec"]["template"]["metadata"]["annotations"][
+            CONFIG_DIGEST_ANNOTATION
+        ]
+        for w in workloads(objects)
+    }
+
+
+def test_a_spec_edit_rolls_only_the_pods_that_read_it() -> None:
+    """A changed spec updated the ConfigMap but rolled no pod: mixed hyper-parameters after restarts."""
+    base = experiment("eight-agents-batch4-gpu")
+    doc = base.model_dump(by_alias=True, mode="json")
+
+    def edited(path: str, value: Any) -> Any:
+        new = copy.deepcopy(doc)
+        *parents, last = path.split(".")
+        node = new["spec"]
+        for key in parents:
+            node = node[key]
+        node[last] = value
+        return validate_document(new)
+
+    before = pod_digests(render_experiment(base, "rl", images=IMAGES))
+    evals = pod_digests(render_experiment(edited("evals.episodes", 9), "rl", images=IMAGES))
+    assert {k for k in before if before[k] != evals[k]} == {"exp-matrix-evals"}
+    algo = pod_digests(render_experiment(edited("algorithm.lrPolicy", 0.01), "rl", images=IMAGES))
+    assert {k for k in before if before[k] != algo[k]} == {
+        "exp-matrix-learner", "exp-matrix-agents", "exp-matrix-evals", "exp-matrix-replay"
+    }
+    scaled = render_experiment(edited("agents.count", 16), "rl", images=IMAGES)
+    assert {k for k, v in pod_digests(scaled).items() if before[k] != v} == {
+        "exp-matrix-tensorplex"
+    }
 
 
 def test_security_defaults_and_resources_on_every_container() -> None:
