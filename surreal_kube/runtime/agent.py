@@ -34,9 +34,6 @@ from surreal_kube.runtime.status import ProgressFile
 
 log = logging.getLogger(__name__)
 
-SEED_STRIDE = 1_000_003
-"""Seeds of an agent's environments and of its restarts stay apart by this much."""
-
 
 @dataclass
 class Slot:
@@ -56,7 +53,7 @@ class AgentsRole(RoleBase):
     def __init__(self, ctx: RoleContext, stop: StopFlag | None = None) -> None:
         super().__init__(ctx, stop)
         from surreal_kube.envs import env_spaces, make_env
-        from surreal_kube.rl.factory import actor_seed, make_actor
+        from surreal_kube.rl.factory import env_slot_seeds, make_actor
 
         spec = ctx.spec
         self.agent_ids = ctx.agent_ids
@@ -67,12 +64,11 @@ class AgentsRole(RoleBase):
         for aid in self.agent_ids:
             for k in range(spec.agents.envs_per_agent):
                 env = make_env(spec.env)
-                actor = make_actor(spec, aid, "train", obs_space, action_space)
-                seed = actor_seed(spec, aid) + SEED_STRIDE * (
-                    k + spec.agents.envs_per_agent * restarts
-                )
-                obs, _ = env.reset(seed=seed % (2**31))
-                env.action_space.seed(seed % (2**31))
+                # every environment its own seeds: its own episode starts and its own noise
+                env_seed, actor_seed = env_slot_seeds(spec, aid, k, restarts)
+                actor = make_actor(spec, aid, "train", obs_space, action_space, seed=actor_seed)
+                obs, _ = env.reset(seed=env_seed)
+                env.action_space.seed(env_seed)
                 actor.reset()
                 self.slots.append(Slot(aid, env, actor, obs))
         self.params = ParameterClient(
@@ -89,6 +85,10 @@ class AgentsRole(RoleBase):
         )
         self.schedule = FetchSchedule(spec.agents.fetch_mode, spec.agents.fetch_interval)
         self.steps_per_agent = {aid: 0 for aid in self.agent_ids}
+        self.steps_left = {  # this run's allowance: the share less what earlier runs took
+            aid: None if share is None else max(0, share - self.progress.prior_steps(aid))
+            for aid, share in ctx.env_step_shares.items()
+        }
         self.episodes = 0
         self.returns: dict[int, list[float]] = {aid: [] for aid in self.agent_ids}
         self.last_return: float | None = None
@@ -141,6 +141,9 @@ class AgentsRole(RoleBase):
         started = False
         clock, split = time.perf_counter, self.time_split
         for slot in self.slots:
+            left = self.steps_left[slot.agent_id]
+            if left is not None and self.steps_per_agent[slot.agent_id] >= left:
+                continue  # this agent took its share of the step budget
             t0 = clock()
             action = slot.actor.act(slot.obs)
             t1 = clock()
@@ -187,6 +190,13 @@ class AgentsRole(RoleBase):
         step_rate, item_rate = RateMeter(), RateMeter()
         started = True
         while not self.stop.is_set():
+            if self.budget_spent():
+                self._update_progress()
+                self.progress.write("done", "took its share of session.maxEnvSteps")
+                log.info("every agent took its share of the step budget; idle until stopped")
+                while not self.stop.wait(0.2):
+                    pass
+                break
             started = self.step(started)
             if report():
                 self._report(
@@ -195,6 +205,13 @@ class AgentsRole(RoleBase):
             if self.progress.due():
                 self._update_progress()
                 self.progress.write()
+
+    def budget_spent(self) -> bool:
+        """True once every agent of this process took its share of `session.maxEnvSteps`."""
+        return all(
+            left is not None and self.steps_per_agent[aid] >= left
+            for aid, left in self.steps_left.items()
+        )
 
     @property
     def total_steps(self) -> int:
@@ -247,7 +264,7 @@ class AgentsRole(RoleBase):
             self.sender.flush()
         finally:
             self._update_progress()
-            self.progress.write("stopped")
+            self.progress.write("stopped", "")
             self.sender.close()
             self.params.close()
             for slot in self.slots:

@@ -52,6 +52,19 @@ def load_experiment(path: str | Path) -> Experiment:
     return load_experiment_file(path)
 
 
+def env_step_share(total: int | None, agents: int, agent_id: int) -> int | None:
+    """Agent `agent_id`'s share of an env-step budget of `total` over `agents` agents.
+
+    The budget is enforced where steps are taken: each agent stops stepping at its share and the
+    shares add up to `total` exactly, so a run ends at its budget whatever the reporting period,
+    and a pod on Kubernetes keeps to it with no supervisor watching.
+    """
+    if total is None:
+        return None
+    base, extra = divmod(total, agents)
+    return base + (1 if agent_id < extra else 0)
+
+
 _REPLICATED = {"agents": "agents", "eval": "evals"}
 """Roles run as StatefulSet replicas on Kubernetes, and the group name that prefixes their pods."""
 _SHARDS = ("replay-shard", "ps-shard")
@@ -175,6 +188,15 @@ class RoleContext:
         """Agents of an `agents` process: range(index*batch, (index+1)*batch)."""
         batch = self.spec.agents.batch
         return tuple(range(self.index * batch, (self.index + 1) * batch))
+
+    @property
+    def env_step_shares(self) -> dict[int, int | None]:
+        """Each agent of this process: its share of `session.maxEnvSteps` (None: no budget)."""
+        spec = self.spec
+        return {
+            aid: env_step_share(spec.session.max_env_steps, spec.agents.count, aid)
+            for aid in self.agent_ids
+        }
 
     def folder(self, name: str) -> Path:
         """A sub-folder of the experiment folder, created: logs, tensorboard, checkpoints..."""

@@ -10,8 +10,9 @@ Fields (schema 1; a field that does not apply to a role is absent, null or 0):
     experiment           experiment name
     process, role        e.g. "agents-0" / "agents", "learner" / "learner", "evals-0" / "eval"
     pid                  OS process id of the current run
-    state                "starting" | "waiting" (for peers or data) | "running" | "stopped"
-                         (after SIGTERM) | "failed"
+    state                "starting" | "waiting" (for peers or data) | "running" | "done"
+                         (agents: every agent took its share of session.maxEnvSteps; idle until
+                         stopped) | "stopped" (after SIGTERM) | "failed"
     message              one line saying why, for waiting / failed states ("" otherwise)
     started_at           Unix time this run started
     updated_at           Unix time of this write
@@ -106,6 +107,10 @@ class ProgressFile:
                 self.data[key] = previous[key]
         self._last_write = 0.0
         self.write()
+
+    def prior_steps(self, agent_id: int) -> int:
+        """Env steps agent `agent_id` took in earlier runs of this process (restarts, resumes)."""
+        return self.base_per_agent.get(str(agent_id), 0)
 
     def update(self, **fields: Any) -> None:
         """Set fields; cumulative ones are given as this run's counts (the base is added)."""

@@ -1,0 +1,77 @@
+"""The env-step budget is kept by the agents themselves (issue 15 item 3).
+
+Each agent takes its share of `session.maxEnvSteps` and stops stepping there, so the total is
+exact whatever the reporting period, and holds on Kubernetes where no local supervisor counts.
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from surreal_kube.runtime.context import env_step_share
+from surreal_kube.runtime.status import read_status
+
+BUDGET = 301
+SPEC = {
+    "env": {"id": "gym:CartPole-v1"},
+    "agents": {"count": 3, "batch": 1, "envsPerAgent": 2, "fetchInterval": 50},
+    "evals": {"count": 1},
+    "replay": {"startSampling": 16},
+    "algorithm": {"batchSize": 16, "epochsPolicy": 1, "epochsBaseline": 1},
+    "session": {"maxEnvSteps": BUDGET},
+}
+
+
+def test_shares_add_up_to_the_budget() -> None:
+    for total in (1, 2, 5000, 5001, 10_693):
+        for count in (1, 2, 3, 7, 64):
+            shares = [env_step_share(total, count, i) for i in range(count)]
+            assert sum(shares) == total
+            assert max(shares) - min(shares) <= 1
+    assert env_step_share(None, 4, 0) is None
+
+
+def _status(run, process: str) -> dict:
+    return read_status(run.dir / "status" / f"{process}.json") or {}
+
+
+def _wait(predicate, timeout: float, what: str) -> None:
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if predicate():
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+@pytest.mark.slow
+def test_agents_stop_at_their_share_and_keep_it_across_restarts(local_run) -> None:
+    run = local_run(SPEC)
+    agents = [f"agents-{i}" for i in range(3)]
+    for name in ("replay", "replay-shard-0", "ps", "ps-shard-0", "learner", *agents):
+        run.start(name)
+    _wait(
+        lambda: all(_status(run, a).get("state") == "done" for a in agents),
+        180,
+        "every agent to take its share",
+    )
+    per_agent = {}
+    for name in agents:
+        status = _status(run, name)
+        assert status["message"] == "took its share of session.maxEnvSteps"
+        per_agent.update(status["env_steps_per_agent"])
+    assert per_agent == {"0": 101, "1": 100, "2": 100}
+    assert sum(per_agent.values()) == BUDGET
+
+    # a restarted agent reads what it took before and takes no more
+    code, _ = run.terminate("agents-0")
+    assert code == 0
+    run.start("agents-0")
+    _wait(lambda: _status(run, "agents-0").get("restarts") == 1, 120, "agents-0 restarted")
+    _wait(lambda: _status(run, "agents-0").get("state") == "done", 120, "agents-0 done again")
+    assert _status(run, "agents-0")["env_steps_per_agent"] == {"0": 101}
+    for name in list(run.procs):
+        code, _ = run.terminate(name)
+        assert code == 0, name
