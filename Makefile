@@ -8,8 +8,10 @@ PYTHON := $(VENV)/bin/python
 PIP := $(VENV)/bin/pip
 STAMP := $(VENV)/.installed
 # Debian packages the tests need: MuJoCo's offscreen EGL renderer (video recording) and podman
-# serving the Docker API (image builds), with debootstrap for an offline base image.
-DEB_PACKAGES := libegl1 libgl1 podman buildah runc catatonit debootstrap fuse-overlayfs uidmap
+# serving the Docker API (image builds), with debootstrap for an offline base image; the real test
+# node's runc, iptables, conntrack, socat and busybox-static (its test image).
+DEB_PACKAGES := libegl1 libgl1 podman buildah runc catatonit debootstrap fuse-overlayfs uidmap \
+  iptables conntrack socat busybox-static
 RUN_ROOT ?= $(CURDIR)/runs
 PYTEST_ARGS ?=
 
@@ -41,7 +43,7 @@ run: install
 	$(VENV)/bin/surreal-kube create exp-ppo-ant --local --root $(RUN_ROOT) \
 	  --env gym:Ant-v5 --num-agents 2 --num-evals 1 --max-time 180 --replace
 
-test: install deb controlplane
+test: install deb controlplane node
 	$(PYTHON) -m pytest -q $(PYTEST_ARGS)
 
 test-fast: install

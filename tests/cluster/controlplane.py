@@ -818,11 +818,12 @@ def _shared_lock() -> Iterator[None]:
         yield
 
 
-def up(pools: str | None = None) -> ControlPlane:
-    """Start the shared cluster, or return the live one."""
+def up(pools: str | None = None, real_node: bool = False) -> ControlPlane:
+    """Start the shared cluster, or return the live one; real_node: with the real node
+    (tests/cluster/node.py) beside the kwok pools."""
     with _shared_lock():
         cp = load_shared()
-        if cp is not None:
+        if cp is not None and (not real_node or load_shared_node(cp) is not None):
             return cp
         _down_locked()
         cp = ControlPlane(workdir=state_dir() / "run", pools=pools, die_with_parent=False)
@@ -831,8 +832,32 @@ def up(pools: str | None = None) -> ControlPlane:
 
         shutil.rmtree(cp.workdir, ignore_errors=True)
         cp.start()
-        _state_file().write_text(json.dumps(cp.to_state(), indent=2))
+        state = cp.to_state()
+        if real_node:
+            from tests.cluster import node
+
+            try:
+                rn = node.RealNode(cp, die_with_parent=False).start()
+            except BaseException:
+                cp.stop()
+                raise
+            state["real_node"] = rn.to_state()
+        _state_file().write_text(json.dumps(state, indent=2))
         return cp
+
+
+def load_shared_node(cp: ControlPlane) -> Any:
+    """The shared cluster's real node (a tests.cluster.node.RealNode) if it has a live one."""
+    try:
+        state = json.loads(_state_file().read_text())
+    except (FileNotFoundError, json.JSONDecodeError):
+        return None
+    if "real_node" not in state or state.get("workdir") != str(cp.workdir):
+        return None
+    from tests.cluster import node
+
+    rn = node.RealNode.from_state(cp, state["real_node"])
+    return rn if rn.alive() else None
 
 
 def down() -> bool:
@@ -847,7 +872,12 @@ def _down_locked() -> bool:
         state = json.loads(path.read_text())
     except (FileNotFoundError, json.JSONDecodeError):
         return False
-    ControlPlane.from_state(state).stop(remove_workdir=True)
+    cp = ControlPlane.from_state(state)
+    if "real_node" in state:
+        from tests.cluster import node
+
+        node.teardown(state["real_node"])
+    cp.stop(remove_workdir=True)
     path.unlink(missing_ok=True)
     return True
 
@@ -861,13 +891,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     p_up.add_argument(
         "--pools", help="node-pool YAML file (default: tests/cluster/kwok/pools.yaml)"
     )
+    p_up.add_argument(
+        "--real-node",
+        action="store_true",
+        help="also start the real node (kubelet + containerd, tests/cluster/node.py)",
+    )
     sub.add_parser("down", help="stop the shared test cluster")
     sub.add_parser("env", help="print shell exports (KUBECONFIG, PATH) for the shared cluster")
     sub.add_parser("bin-dir", help="build (or reuse) the binaries and print their directory")
     args = parser.parse_args(argv)
     if args.command == "up":
         t0 = time.monotonic()
-        cp = up(args.pools)
+        cp = up(args.pools, real_node=args.real_node)
         took = time.monotonic() - t0
         print(
             f"control plane up at {cp.server} ({took:.1f}s); kubeconfig {cp.kubeconfig}",

@@ -130,3 +130,35 @@ def kube_namespace(kube_cluster: KubeCluster, request: pytest.FixtureRequest) ->
     name = kube_cluster.create_namespace(prefix)
     yield name
     kube_cluster.delete_namespace(name)
+
+
+@pytest.fixture(scope="session")
+def real_node(kube_cluster: KubeCluster) -> Iterator[Any]:
+    """The real node (tests/cluster/node.py RealNode) joined to the session's control plane:
+    the `make cluster-up` cluster's own when it has one, else one started for the session and
+    torn down at its end. Tests that use it are marked `@pytest.mark.node`."""
+    from tests.cluster import node
+
+    cp = kube_cluster.control_plane
+    shared = None if kube_cluster.owned else controlplane.load_shared_node(cp)
+    if shared is not None:
+        yield shared
+        return
+    bin_dir = node.built_node_bin_dir()
+    if bin_dir is None:
+        pytest.fail(
+            "the real node's binaries are not built: run `make node` (tests/cluster/README.md)",
+            pytrace=False,
+        )
+    missing = node.missing_host_tools()
+    if missing:
+        pytest.fail(
+            f"the real node needs Debian packages {' '.join(missing)}: run `make deb`",
+            pytrace=False,
+        )
+    rn = node.RealNode(cp, bin_dir=bin_dir)
+    rn.start()
+    try:
+        yield rn
+    finally:
+        rn.stop()
