@@ -34,7 +34,7 @@ def test_default_install_objects() -> None:
     (deploy,) = by_kind(docs, "Deployment")
     pod = deploy["spec"]["template"]["spec"]
     (container,) = pod["containers"]
-    assert container["image"] == "ghcr.io/surreal-kube/surreal-kube:0.1.0"  # pinned: appVersion
+    assert container["image"] == "surreal-kube/runtime-cpu:0.1.0"  # pinned: appVersion, the image `build` tags
     assert container["command"] == ["python", "-m", "surreal_kube.operator"]
     assert "--namespace=surreal-kube-system" in container["args"]
     assert container["securityContext"]["readOnlyRootFilesystem"] is True
@@ -100,7 +100,7 @@ def test_create_switches_and_names() -> None:
     digest = "sha256:" + "ab" * 32
     pinned = template("--set", f"image.digest={digest}")
     image = by_kind(pinned, "Deployment")[0]["spec"]["template"]["spec"]["containers"][0]["image"]
-    assert image == f"ghcr.io/surreal-kube/surreal-kube@{digest}"
+    assert image == f"surreal-kube/runtime-cpu@{digest}"
 
 
 @pytest.mark.parametrize(

@@ -137,7 +137,7 @@ def test_helm_install_and_the_operator_as_its_service_account(
         deploy = admin.get(DEPLOY, full)
         assert deploy["status"].get("availableReplicas") == 1  # kwok runs its pod
         (container,) = deploy["spec"]["template"]["spec"]["containers"]
-        assert container["image"] == "ghcr.io/surreal-kube/surreal-kube:0.1.0-test"
+        assert container["image"] == "surreal-kube/runtime-cpu:0.1.0-test"
         assert admin.get(EXPERIMENT, "exp-helm")["spec"]["agents"]["count"] == 2
 
         # the operator, with nothing but the ServiceAccount's token, does the whole job
