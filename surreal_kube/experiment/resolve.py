@@ -71,10 +71,146 @@ def _replace_one_of(doc: dict[str, Any], layer: Mapping[str, Any]) -> None:
                 current[key][other] = None
 
 
-def load_yaml_text(text: str, source: str) -> dict[str, Any]:
-    """Parse one YAML mapping; syntax errors give the line and column."""
+MAX_SPEC_BYTES = 1 << 20
+"""A spec file or a `--set` value larger than this (1 MiB) is refused before parsing: a resolved
+experiment is a few KB."""
+MAX_DEPTH = 32
+"""Nesting deeper than this is refused: the spec is 5 levels deep, and every consumer (the
+merge, pydantic, the JSON writer) recurses once per level."""
+MAX_NODES = 20_000
+"""More YAML values than this, counted with aliases expanded, are refused: a resolved spec has
+about 200, and `&a [*b, *b, ...]` chains (billion laughs) grow exponentially in whatever walks
+the parsed document."""
+MAX_SETS = 10_000
+"""`--set` assignments beyond this many are refused (10,000 take about a second)."""
+
+
+class _Limits:
+    """Composition with limits on depth and size, both counted through aliases.
+
+    Composition is PyYAML's own recursion, so the running depth is checked as it descends
+    (before Python's recursion limit could be hit). The size is a running count of values with
+    every alias counted at its anchored node's full size, so a document is refused as soon as it
+    passes the limit; each node's expanded size and height are memoized, so an alias costs one
+    look-up however large its node is. Mixed into a loader class (see `_loader`).
+    """
+
+    source: str
+    _depth: int
+    _count: int
+    _measure: dict[int, tuple[int, int]]
+
+    def _refuse(self, what: str, mark: yaml.Mark | None) -> SpecError:
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        return SpecError(f"{self.source}: {what}{where}")
+
+    def compose_node(self, parent: yaml.Node | None, index: object) -> yaml.Node:
+        self._depth += 1
+        try:
+            if self._depth > MAX_DEPTH:
+                raise self._refuse(
+                    f"nested deeper than {MAX_DEPTH} levels (the limit)",
+                    self.peek_event().start_mark,  # type: ignore[attr-defined]
+                )
+            alias = self.check_event(yaml.AliasEvent)  # type: ignore[attr-defined]
+            node = yaml.composer.Composer.compose_node(self, parent, index)  # type: ignore[arg-type]
+        finally:
+            self._depth -= 1
+        size, height = self._measure_node(node)
+        self._count += size if alias else 1
+        if self._count > MAX_NODES:
+            raise self._refuse(
+                f"more than {MAX_NODES:,} values with aliases expanded (the limit)",
+                node.start_mark,
+            )
+        if height > MAX_DEPTH:
+            raise self._refuse(
+                f"nested deeper than {MAX_DEPTH} levels through aliases (the limit)",
+                node.start_mark,
+            )
+        return node
+
+    def _measure_node(self, node: yaml.Node) -> tuple[int, int]:
+        """(values, levels) of a node with its aliases expanded; its children are measured."""
+        known = self._measure.get(id(node))
+        if known is not None:
+            return known
+        children: list[yaml.Node] = []
+        if isinstance(node, yaml.SequenceNode):
+            children = list(node.value)
+        elif isinstance(node, yaml.MappingNode):
+            children = [part for pair in node.value for part in pair]
+        size, height = 1, 1
+        for child in children:
+            child_size, child_height = self._measure.get(id(child), (1, 1))
+            size += child_size
+            height = max(height, child_height + 1)
+        self._measure[id(node)] = (size, height)
+        return size, height
+
+
+def _loader(text: str, source: str) -> Any:
+    """A safe loader with `_Limits`: libyaml's parser when present (4x faster), else PyYAML's."""
+    from yaml.composer import Composer
+    from yaml.constructor import SafeConstructor
+    from yaml.resolver import Resolver
+
+    parser: Any
     try:
-        data = yaml.safe_load(text)
+        from yaml._yaml import CParser
+
+        parser = CParser
+    except ImportError:  # PyYAML built without libyaml
+        parser = None
+    if parser is None:
+
+        class PyLoader(_Limits, yaml.SafeLoader):
+            pass
+
+        loader: Any = PyLoader(text)
+    else:
+
+        class CLoader(_Limits, parser, SafeConstructor, Resolver):  # type: ignore[misc,valid-type]
+            # libyaml's parser composes in C; the Python composer (with the limits) is used
+            get_single_node = Composer.get_single_node
+            compose_document = Composer.compose_document
+            compose_scalar_node = Composer.compose_scalar_node
+            compose_sequence_node = Composer.compose_sequence_node
+            compose_mapping_node = Composer.compose_mapping_node
+
+            def __init__(self, stream: str) -> None:
+                parser.__init__(self, stream)
+                SafeConstructor.__init__(self)
+                Resolver.__init__(self)
+                self.anchors: dict[str, yaml.Node] = {}
+
+        loader = CLoader(text)
+    loader.source = source
+    loader._depth = loader._count = 0
+    loader._measure = {}
+    return loader
+
+
+def _safe_load(text: str, source: str) -> Any:
+    """yaml.safe_load within MAX_SPEC_BYTES, MAX_DEPTH and MAX_NODES (SpecError beyond them)."""
+    if len(text) > MAX_SPEC_BYTES:
+        raise SpecError(
+            f"{source}: {len(text) / (1 << 20):.1f} MiB is too large for an experiment spec "
+            f"(the limit is {MAX_SPEC_BYTES >> 20} MiB; a resolved experiment is a few KB)"
+        )
+    loader = _loader(text, source)
+    try:
+        return loader.get_single_data()
+    except ValueError as exc:  # the constructor's own limits (an integer of 5,000 digits)
+        raise SpecError(f"{source}: {exc}") from None
+    finally:
+        loader.dispose()
+
+
+def load_yaml_text(text: str, source: str) -> dict[str, Any]:
+    """Parse one YAML mapping within the size limits; syntax errors give the line and column."""
+    try:
+        data = _safe_load(text, source)
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else "unknown position"
@@ -94,6 +230,12 @@ def load_spec_file(path: str | Path) -> dict[str, Any]:
     """Read a spec file (either a whole Experiment document or just its `spec`)."""
     p = Path(path)
     try:
+        size = p.stat().st_size
+        if p.is_file() and size > MAX_SPEC_BYTES:
+            raise SpecError(
+                f"spec file {str(p)!r} is {size / (1 << 20):.1f} MiB, too large for an "
+                f"experiment spec (the limit is {MAX_SPEC_BYTES >> 20} MiB)"
+            )
         text = p.read_text(encoding="utf-8")
     except FileNotFoundError as exc:
         raise SpecError(f"spec file {str(p)!r} does not exist") from exc
@@ -109,17 +251,29 @@ def parse_set(assignment: str) -> tuple[list[str], Any]:
     """`spec.agents.count=4` -> (['spec', 'agents', 'count'], 4); values parse as YAML scalars."""
     key, sep, raw = assignment.partition("=")
     if not sep or not key.strip():
-        raise SpecError(f"--set {assignment!r}: expected KEY=VALUE, e.g. spec.agents.count=4")
+        raise SpecError(
+            f"--set {_short(assignment)!r}: expected KEY=VALUE, e.g. spec.agents.count=4"
+        )
     path = key.strip().split(".")
     if any(not part for part in path):
-        raise SpecError(f"--set {assignment!r}: empty segment in key {key!r}")
+        raise SpecError(f"--set {_short(assignment)!r}: empty segment in key")
+    if len(path) > MAX_DEPTH:
+        raise SpecError(
+            f"--set {_short(assignment)!r}: the key has {len(path)} segments; "
+            f"the limit is {MAX_DEPTH}"
+        )
     if path[0] not in ("spec", "metadata"):
         path = ["spec", *path]
     try:
-        value = yaml.safe_load(raw) if raw.strip() else ""
+        value = _safe_load(raw, f"--set {key.strip()}") if raw.strip() else ""
     except yaml.YAMLError as exc:
-        raise SpecError(f"--set {assignment!r}: value is not valid YAML: {exc}") from exc
+        raise SpecError(f"--set {_short(assignment)!r}: value is not valid YAML: {exc}") from exc
     return path, value
+
+
+def _short(text: str, limit: int = 80) -> str:
+    """`text`, cut to `limit` characters for an error line."""
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def nest(path: Sequence[str], value: Any) -> dict[str, Any]:
@@ -138,6 +292,8 @@ def resolve_experiment(
     sets: Sequence[str] = (),
 ) -> Experiment:
     """Resolve and validate an experiment; raises SpecError with a precise message."""
+    if len(sets) > MAX_SETS:
+        raise SpecError(f"--set: {len(sets):,} assignments given; the limit is {MAX_SETS:,}")
     layers: list[dict[str, Any]] = [load_spec_file(f) for f in spec_files]
     flag_layer: dict[str, Any] = {}
     for dotted, value in (flags or {}).items():
