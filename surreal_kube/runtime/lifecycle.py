@@ -55,6 +55,68 @@ def install_signal_handlers(stop: StopFlag) -> None:
     signal.signal(signal.SIGINT, handler)
 
 
+SUPERVISOR_PID_ENV = "SURREAL_SUPERVISOR_PID"
+"""Set by the local backend: the pid of the process that started this role and supervises it."""
+ORPHAN_GRACE = 20.0
+"""Seconds an orphaned role may take to flush and stop before it exits regardless."""
+_PR_SET_PDEATHSIG = 1
+PARENT_DEATH_SIGNAL = signal.SIGUSR2
+"""What the kernel sends a role when its parent dies (a handler checks, then stops the role)."""
+
+
+def _set_parent_death_signal(sig: signal.Signals) -> bool:
+    """Ask Linux to send `sig` when the parent dies (prctl PR_SET_PDEATHSIG); False elsewhere."""
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        return libc.prctl(_PR_SET_PDEATHSIG, int(sig), 0, 0, 0) == 0
+    except (OSError, AttributeError):
+        return False
+
+
+def watch_supervisor(stop: StopFlag, env: dict[str, str] | None = None) -> threading.Thread | None:
+    """Stop this role when the process that supervises it is gone; None when none is named.
+
+    A supervisor killed with SIGKILL (or by the OOM killer, or with its terminal) cannot stop its
+    roles, and roles reparented to init would run on unseen. Two mechanisms, because each has a
+    gap: PR_SET_PDEATHSIG signals at once, but fires on the death of the parent *thread* that
+    forked us (so its handler checks that the parent process really changed) and not at all if
+    the parent died before we set it; a watch thread compares the parent pid with the
+    supervisor's every half second, which covers both. Either way the role stops as on SIGTERM
+    (flush, checkpoint), and exits regardless after `ORPHAN_GRACE`. Kubernetes needs none of
+    this (a pod's containers die with the pod), and sets no pid.
+    """
+    raw = (os.environ if env is None else env).get(SUPERVISOR_PID_ENV)
+    if not raw:
+        return None
+    try:
+        supervisor = int(raw)
+    except ValueError:
+        log.warning("%s=%r is not a pid; not watching the supervisor", SUPERVISOR_PID_ENV, raw)
+        return None
+    def on_parent_death(signum: int, frame: FrameType | None) -> None:
+        if os.getppid() != supervisor:  # not just the thread that forked us
+            stop.set("supervisor gone")
+
+    signal.signal(PARENT_DEATH_SIGNAL, on_parent_death)
+    _set_parent_death_signal(PARENT_DEATH_SIGNAL)
+
+    def watch() -> None:
+        while os.getppid() == supervisor:
+            time.sleep(0.5)
+        log.warning("the supervisor (pid %d) is gone: stopping", supervisor)
+        stop.set("supervisor gone")
+        time.sleep(ORPHAN_GRACE)
+        log.error("still running %.0f s after the supervisor died: exiting now", ORPHAN_GRACE)
+        logging.shutdown()
+        os._exit(1)
+
+    thread = threading.Thread(target=watch, name="supervisor-watch", daemon=True)
+    thread.start()
+    return thread
+
+
 class Every:
     """True at most once per `seconds` (for periodic metrics, status files, logs)."""
 

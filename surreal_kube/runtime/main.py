@@ -47,7 +47,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     from surreal_kube.runtime.context import RoleContext
-    from surreal_kube.runtime.lifecycle import StopFlag, install_signal_handlers
+    from surreal_kube.runtime.lifecycle import StopFlag, install_signal_handlers, watch_supervisor
     from surreal_kube.runtime.logs import setup_logging
 
     try:
@@ -58,6 +58,7 @@ def main(argv: list[str] | None = None) -> int:
     setup_logging(ctx.process, ctx.optional_addr("loggerplex"))
     stop = StopFlag()
     install_signal_handlers(stop)
+    watch_supervisor(stop)  # a role never outlives the local supervisor that started it
     role = None
     code = 0
     try:
