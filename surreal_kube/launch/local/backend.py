@@ -21,6 +21,7 @@ from typing import Any
 from surreal_kube.errors import LaunchError, SpecError
 from surreal_kube.experiment.resolve import dump_yaml, experiment_topology, load_experiment_file
 from surreal_kube.experiment.spec import Experiment
+from surreal_kube.launch.local import orphans
 from surreal_kube.launch.local.folder import (
     ExperimentFolder,
     default_root,
@@ -83,7 +84,15 @@ def find(name: str, root: Path | None = None) -> LocalExperiment:
     folder = ExperimentFolder.of(name, root)
     if not folder.exists():
         raise LaunchError(f"no local experiment named {name!r} under {folder.path.parent}")
-    return LocalExperiment(folder, read_json(folder.state) or {})
+    return _load(folder)
+
+
+def _load(folder: ExperimentFolder) -> LocalExperiment:
+    """An experiment as it stands: a dead supervisor's stale state is replaced by what runs now."""
+    found = LocalExperiment(folder, read_json(folder.state) or {})
+    if found.phase == "Lost":
+        found.state = orphans.lost_view(folder.path, found.state)
+    return found
 
 
 def list_experiments(root: Path | None = None) -> list[LocalExperiment]:
@@ -91,8 +100,7 @@ def list_experiments(root: Path | None = None) -> list[LocalExperiment]:
     base = (root or default_root()).expanduser()
     found = []
     for config in sorted(base.glob("*/config.yml")):
-        folder = ExperimentFolder(config.parent.resolve())
-        found.append(LocalExperiment(folder, read_json(folder.state) or {}))
+        found.append(_load(ExperimentFolder(config.parent.resolve())))
     return found
 
 
@@ -130,6 +138,8 @@ def prepare(
                     f"(supervisor pid {existing.state.get('supervisor_pid')}); "
                     f"`surreal-kube delete {exp.metadata.name}` stops it"
                 )
+            if existing.phase == "Lost" and (resume or replace):
+                orphans.stop_leftovers(folder.path, existing.state)  # adopt nothing half-alive
             if resume:
                 saved = load_experiment_file(folder.config)
                 session = saved.spec.session.model_copy(

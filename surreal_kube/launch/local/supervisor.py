@@ -28,6 +28,10 @@ from surreal_kube.launch.local.results import CurveRecorder
 
 log = logging.getLogger("surreal_kube.local")
 
+SUPERVISOR_PID_ENV = "SURREAL_SUPERVISOR_PID"
+"""The roles' environment names their supervisor, whose death they watch for (same name as in
+runtime.lifecycle, which the backend must not import)."""
+
 BACKOFF_MIN = 1.0
 BACKOFF_MAX = 30.0
 HEALTHY_AFTER = 60.0
@@ -110,6 +114,8 @@ class Supervisor:
                 experiment_dir=str(self.folder.path),
             )
         )
+        # the role stops by itself if this process dies (see runtime.lifecycle.watch_supervisor)
+        env[SUPERVISOR_PID_ENV] = str(os.getpid())
         env.setdefault("OMP_NUM_THREADS", "1")
         env.setdefault("MKL_NUM_THREADS", "1")
         env["PYTHONUNBUFFERED"] = "1"
@@ -336,6 +342,24 @@ def tensorboard_url(state: dict[str, object]) -> str | None:
     ports = state.get("ports") or {}
     port = ports.get("tensorboard") if isinstance(ports, dict) else None
     return f"http://127.0.0.1:{port}/" if port else None
+
+
+def budget_note(exp: Experiment, *, detach: bool) -> str:
+    """One line saying when the run ends: its budget, or that it has none and what stops it.
+
+    There is no default budget: a run someone meant to leave overnight must not end early. An
+    unbounded run is said so at the start instead of running on without a word.
+    """
+    session = exp.spec.session
+    parts = []
+    if session.max_env_steps is not None:
+        parts.append(f"{session.max_env_steps:,} env steps")
+    if session.max_time_seconds is not None:
+        parts.append(f"{session.max_time_seconds:g} s of wall time")
+    if parts:
+        return f"budget: {' or '.join(parts)}, whichever comes first; then a final evaluation"
+    stop = f"`surreal-kube delete {exp.metadata.name}`" if detach else "Ctrl-C"
+    return f"no budget: runs until {stop} (set one with --max-env-steps N or --max-time SECONDS)"
 
 
 def supervise(

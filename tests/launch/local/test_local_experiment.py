@@ -78,9 +78,11 @@ def tensorboard_tags(logdir: Path) -> set[str]:
 
 def test_ppo_experiment_survives_faults_and_runs_to_budget(tmp_path: Path) -> None:
     root = tmp_path / "exps"
-    res = sk("create", "exp-faults", "--local", "--detach", *SMALL, "--max-env-steps", "50000000",
-             root=root)
+    res = sk("create", "exp-faults", "--local", "--detach", *SMALL, root=root)
     assert res.returncode == 0, res.stderr
+    # no budget: said at the start, not left to be found out
+    assert ("no budget: runs until `surreal-kube delete exp-faults` (set one with "
+            "--max-env-steps N or --max-time SECONDS)") in res.stderr
     folder = Path(res.stdout.strip())
     assert folder == (root / "exp-faults").resolve()
     for sub in ("config.yml", "logs", "tensorboard", "checkpoints", "videos", "state.json"):
@@ -146,7 +148,7 @@ def check_finished_experiment(folder: Path, budget: int) -> None:
     state = state_of(folder)
     assert state["phase"] == "Succeeded", state.get("reason")
     assert state["reason"] == f"reached {budget} env steps"
-    assert state["env_steps"] >= budget
+    assert state["env_steps"] == budget  # agents take their shares of it, no more
     # the learner consumed experience from both agents, whose parameter versions increased
     agents = [status_of(folder, f"agents-{i}") for i in (0, 1)]
     assert all(a["env_steps"] > 500 for a in agents)
@@ -158,7 +160,7 @@ def check_finished_experiment(folder: Path, budget: int) -> None:
         assert any(t.startswith(group) or f"/{group}" in t for t in tags), (group, sorted(tags))
     assert list((folder / "checkpoints").glob("*.ckpt"))
     summary = json.loads((folder / "results" / "summary.json").read_text())
-    assert summary["phase"] == "Succeeded" and summary["env_steps"] >= budget
+    assert summary["phase"] == "Succeeded" and summary["env_steps"] == budget
     assert (folder / "results" / "learning_curve.png").stat().st_size > 5000
     # nothing left behind
     assert not any(pid_alive(p) for p in experiment_pids(state))
@@ -172,6 +174,7 @@ def test_two_experiments_side_by_side_and_bad_input(tmp_path: Path) -> None:
         res = sk("create", name, "--local", "--detach", *SMALL, "--max-env-steps", "8000",
                  root=root)
         assert res.returncode == 0, res.stderr
+        assert "budget: 8,000 env steps, whichever comes first; then a final evaluation" in res.stderr
     try:
         # a name in use is refused, and starts nothing new
         res = sk("create", "exp-left", "--local", "--detach", *SMALL, root=root)
