@@ -113,6 +113,8 @@ class LearnerRole(RoleBase):
                 self.prefetcher.update_priorities(
                     msg.meta["shard"], msg.arrays["indices"], priorities
                 )
+            if self.learner.iteration == self.resumed_from + 1:
+                log.info("first update done (iteration %d)", self.learner.iteration)
             self.items += self.batch_size
             for key, value in stats.items():
                 sums[key] += float(value)
