@@ -26,6 +26,7 @@ from surreal_kube.rl.noise import agent_sigma, make_noise
 from surreal_kube.rl.observations import canonical, flatten_obs, obs_shapes, unflatten_obs
 from surreal_kube.rl.optim import adam
 from surreal_kube.rl.params import arrays_to_state, state_to_arrays
+from surreal_kube.rl.seeding import set_torch_rng_state, torch_rng_state
 from surreal_kube.rl.trajectory import NStepWriter
 
 ActorMode = Literal["train", "eval_deterministic", "eval_stochastic"]
@@ -204,6 +205,7 @@ class DDPGLearner:
             "opt_actor": self.opt_actor.state_dict(),
             "opt_critic": self.opt_critic.state_dict(),
             "iteration": self.iteration,
+            "rng": {**torch_rng_state(self.device), "smoothing": self._generator.get_state()},
         }
         if self.z_filter is not None:
             arrays = self.z_filter.to_arrays("z_filter")
@@ -219,6 +221,10 @@ class DDPGLearner:
         self.opt_actor.load_state_dict(state["opt_actor"])
         self.opt_critic.load_state_dict(state["opt_critic"])
         self.iteration = int(state["iteration"])
+        rng = state.get("rng")
+        set_torch_rng_state(rng, self.device)
+        if rng and "smoothing" in rng:
+            self._generator.set_state(rng["smoothing"].cpu())
         if self.z_filter is not None and "z_filter" in state:
             self.z_filter.load_arrays(state["z_filter"], "z_filter")
 
@@ -235,6 +241,12 @@ class DDPGLearner:
         """One critic update, and an actor and target update every `policy_delay` iterations."""
         cfg = self.config
         if self.z_filter is not None:
+            # Fed replayed samples, not the stream of new experience (the learner never sees that
+            # stream). Kept, deliberately: the critic trains on the replay distribution, so that
+            # is the distribution worth whitening; the filter is off by default; and its count
+            # grows `samples_per_insert` times faster than the stream, so it settles early rather
+            # than chasing the newest data. Its statistics are published with the actor weights,
+            # so agents and learner always whiten alike.
             self.z_filter.update(batch["obs/low_dim"])
         obs = self._obs(batch, "obs")
         next_obs = self._obs(batch, "next_obs")

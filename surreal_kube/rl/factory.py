@@ -17,6 +17,7 @@ from surreal_kube.experiment.algorithms import DDPGConfig, PPOConfig
 from surreal_kube.rl.device import resolve_device
 from surreal_kube.rl.interfaces import Actor, Learner, ReplayBuffer
 from surreal_kube.rl.replay import FIFOReplay, PrioritizedReplay, UniformReplay
+from surreal_kube.rl.seeding import slot_seeds
 
 if TYPE_CHECKING:
     from surreal_kube.experiment.spec import ExperimentSpec
@@ -34,6 +35,18 @@ def actor_seed(spec: ExperimentSpec, agent_id: int, mode: Mode = "train") -> int
     return base if mode == "train" else base + EVAL_SEED_OFFSET
 
 
+def env_slot_seeds(
+    spec: ExperimentSpec, agent_id: int, env_index: int = 0, restarts: int = 0, mode: Mode = "train"
+) -> tuple[int, int]:
+    """(environment seed, actor seed) of env `env_index` of agent (or evaluator) `agent_id`.
+
+    Derived from the experiment seed, the index, the environment index and the restart count
+    (see `surreal_kube.rl.seeding`): every environment explores with its own noise.
+    """
+    purpose = "train" if mode == "train" else "eval"
+    return slot_seeds(spec.session.seed, agent_id, env_index, restarts, purpose)
+
+
 def make_actor(
     spec: ExperimentSpec,
     agent_id: int,
@@ -41,12 +54,18 @@ def make_actor(
     obs_space: gym.Space,
     action_space: gym.Space,
     device: str | torch.device | None = None,
+    seed: int | None = None,
 ) -> Actor:
-    """The actor of agent (or evaluator) `agent_id`; device: `spec.agents.device` unless given."""
+    """The actor of agent (or evaluator) `agent_id`; device: `spec.agents.device` unless given.
+
+    `seed` seeds the actor's generator (noise, sampling); give each environment its own (see
+    `env_slot_seeds`). Without it the actor gets `actor_seed(spec, agent_id, mode)`.
+    """
     if mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
     dev = resolve_device(device if device is not None else spec.agents.device)
-    seed = actor_seed(spec, agent_id, mode)
+    if seed is None:
+        seed = actor_seed(spec, agent_id, mode)
     algo = spec.algorithm
     if isinstance(algo, PPOConfig):
         from surreal_kube.rl.ppo import PPOActor

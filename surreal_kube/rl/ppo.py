@@ -2,15 +2,29 @@
 
 The learner consumes batches of sub-trajectories (see `trajectory.py`): it whitens observations
 with its ZFilter (whose statistics it publishes with the weights), computes values and GAE over each
-window, then runs `epochs_policy` policy epochs and `epochs_baseline` critic epochs. A reference
-copy of the policy, refreshed every `exp_interval` env steps, measures how far the policy moved
-(KL): that distance drives early stopping, the adaptive-KL penalty, and the adaptation of the clip
-range / penalty coefficient at each refresh.
+window, then runs `epochs_policy` policy epochs and `epochs_baseline` critic epochs.
+
+Two policies, two roles:
+- The *behaviour* policy produced the data (its log-probabilities travel with every step,
+  `behaviour_logp`). The surrogate's probability ratio is taken against it, so data that is a few
+  learner iterations old (agents act with the parameters they last fetched; see the policy-lag
+  bound in `PPOConfig.max_policy_lag`) is still corrected exactly.
+- The *reference* policy, for every KL figure, is the policy at the start of the iteration: the
+  KL of an iteration is the mean, over the batch's owned steps, of KL(policy at the iteration's
+  start || policy after it). Early stopping (`early_stop_kl`) compares it with `kl_target` after
+  each policy epoch; the adaptive-KL penalty uses it; and at the end of every iteration the clip
+  range (clip mode) or the penalty coefficient (adapt mode) adapts to it. `losses/approx_kl` is this
+  per-iteration figure; `ppo/kl_behaviour` is the mean KL(behaviour || policy after the
+  iteration), which grows with policy lag.
+
+The ZFilter (and the reward filter) whitens a batch with the statistics the agents acted with,
+and takes the batch's owned steps into its running statistics only after the update, as the
+original system did: updating first would shift every observation the behaviour
+log-probabilities were computed on, so the first epoch's ratio would no longer start at one.
 """
 
 from __future__ import annotations
 
-import copy
 import math
 from typing import Any, Literal
 
@@ -29,6 +43,7 @@ from surreal_kube.rl.observations import canonical, flatten_obs, obs_shapes, unf
 from surreal_kube.rl.optim import adam
 from surreal_kube.rl.params import arrays_to_state, state_to_arrays
 from surreal_kube.rl.schedules import schedule_from_config
+from surreal_kube.rl.seeding import set_torch_rng_state, torch_rng_state
 from surreal_kube.rl.trajectory import SubTrajectoryWriter
 
 ActorMode = Literal["train", "eval_deterministic", "eval_stochastic"]
@@ -220,7 +235,6 @@ class PPOLearner:
         self.device = torch.device(device)
         self.dist = make_distribution(action_space)
         self.model = build_model(config, obs_space, action_space).to(self.device)
-        self.ref_model = copy.deepcopy(self.model).requires_grad_(False)
         self._actor_params = self.model.actor_parameters()
         self._critic_params = self.model.critic_parameters()
         self.opt_policy = adam(self._actor_params, config.lr_policy)
@@ -235,7 +249,6 @@ class PPOLearner:
         self.beta = config.beta_init
         self.iteration = 0
         self.env_steps = 0
-        self.steps_since_ref = 0
         self.last_kl = 0.0
 
     # -- parameters ------------------------------------------------------------------------------
@@ -252,15 +265,14 @@ class PPOLearner:
         """Everything to resume: weights, optimizers, filters and adaptive coefficients."""
         state: dict[str, Any] = {
             "model": self.model.state_dict(),
-            "ref_model": self.ref_model.state_dict(),
             "opt_policy": self.opt_policy.state_dict(),
             "opt_baseline": self.opt_baseline.state_dict(),
             "clip_epsilon": self.clip_epsilon,
             "beta": self.beta,
             "iteration": self.iteration,
             "env_steps": self.env_steps,
-            "steps_since_ref": self.steps_since_ref,
             "last_kl": self.last_kl,
+            "rng": torch_rng_state(self.device),
         }
         for name, filt in (("z_filter", self.z_filter), ("r_filter", self.r_filter)):
             if filt is not None:
@@ -268,15 +280,15 @@ class PPOLearner:
         return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Restore from `state_dict` output."""
+        """Restore from `state_dict` output (older checkpoints' `ref_model` is ignored)."""
         self.model.load_state_dict(state["model"])
-        self.ref_model.load_state_dict(state["ref_model"])
         self.opt_policy.load_state_dict(state["opt_policy"])
         self.opt_baseline.load_state_dict(state["opt_baseline"])
         for key in ("clip_epsilon", "beta", "last_kl"):
             setattr(self, key, float(state[key]))
-        for key in ("iteration", "env_steps", "steps_since_ref"):
+        for key in ("iteration", "env_steps"):
             setattr(self, key, int(state[key]))
+        set_torch_rng_state(state.get("rng"), self.device)
         for name, filt in (("z_filter", self.z_filter), ("r_filter", self.r_filter)):
             if filt is not None and name in state:
                 filt.load_arrays(state[name], name)
@@ -301,17 +313,20 @@ class PPOLearner:
             ext = np.concatenate([value, np.zeros_like(value[:, :1])], axis=1)
             ext[np.arange(b), lengths] = boot[key]
             seq[key] = ext
+        owned_obs = None
         if self.z_filter is not None and "low_dim" in seq:
-            owned = obs["low_dim"][train_mask > 0]
-            self.z_filter.update(owned)
+            # whiten with the statistics the agents acted with; update after learning (see top)
+            owned_obs = obs["low_dim"][train_mask > 0]
+        if owned_obs is not None and self.z_filter is not None and self.z_filter.count > 0:
+            # (an empty filter is the identity, unclipped, in the actors too)
             mean, std = self.z_filter.mean_std_f32()
             clip = self.z_filter.clip
             low = (seq["low_dim"].astype(np.float32) - mean) / std
             seq["low_dim"] = np.clip(low, -clip, clip)
-        rewards = batch["rewards"].astype(np.float32)
+        raw_rewards = batch["rewards"].astype(np.float32)
+        rewards = raw_rewards
         if self.r_filter is not None:
-            self.r_filter.update(rewards[train_mask > 0])
-            rewards = self.r_filter.normalize(rewards)
+            rewards = self.r_filter.normalize(raw_rewards)
         state = None
         if "rnn_h" in batch:
             # Items store (layers, hidden); the LSTM wants (layers, B, hidden).
@@ -332,6 +347,8 @@ class PPOLearner:
             "behaviour_info": self._tensor(batch["action_info"], torch.float32),
             "b": b,
             "h": h,
+            "owned_obs": owned_obs,
+            "owned_rewards": raw_rewards[train_mask > 0],
         }
 
     @staticmethod
@@ -362,12 +379,12 @@ class PPOLearner:
         lengths = torch.as_tensor(data["lengths"], device=self.device)
 
         with torch.no_grad():
-            values_ext = self.model.value(self._forward(self.model, data, everything))
+            features = self._forward(self.model, data, everything)
+            values_ext = self.model.value(features)
             boot_values = values_ext[rows, lengths].cpu().numpy()
             values = values_ext[:, :h].cpu().numpy() * data["mask"]
-            ref_info = self.model.policy_info(self._forward(self.ref_model, data, everything))[
-                :, :h
-            ]
+            # the reference of every KL figure: the policy at the start of this iteration
+            ref_info = self.model.policy_info(features)[:, :h]
         adv, returns = gae(
             data["rewards"],
             values,
@@ -386,21 +403,26 @@ class PPOLearner:
         explained = losses.explained_variance(self._tensor(values), returns_t, train_mask)
 
         if self._flat:
-            epochs_run, kl, grad_norm, policy_stats, vloss = self._epochs_flat(
+            epochs_run, _, grad_norm, policy_stats, vloss = self._epochs_flat(
                 data, ref_info, adv_t, returns_t, train_mask
             )
         else:
-            epochs_run, kl, grad_norm, policy_stats, vloss = self._epochs_sequences(
+            epochs_run, _, grad_norm, policy_stats, vloss = self._epochs_sequences(
                 data, ref_info, adv_t, returns_t, train_mask
             )
+        # Measured once more after both kinds of epochs: with a shared stem (CNN, LSTM) the critic
+        # epochs move the policy too, after the early-stop check, and that movement counts.
+        kl, kl_behaviour = self._iteration_kl(data, ref_info, train_mask)
 
         steps = int(train_mask_np.sum())
         self.iteration += 1
         self.env_steps += steps
-        self.steps_since_ref += steps
         self.last_kl = kl
-        if self.steps_since_ref >= cfg.exp_interval:
-            self._refresh_reference(kl)
+        self._adapt(kl)
+        if self.z_filter is not None and data["owned_obs"] is not None:
+            self.z_filter.update(data["owned_obs"])
+        if self.r_filter is not None:
+            self.r_filter.update(data["owned_rewards"])
 
         stats = {f"losses/{k}": float(v) for k, v in policy_stats.items()}
         stats.update(
@@ -408,6 +430,7 @@ class PPOLearner:
                 "losses/policy_loss": float(policy_stats.get("loss", float("nan"))),
                 "losses/value_loss": float(vloss),
                 "losses/approx_kl": kl,
+                "ppo/kl_behaviour": kl_behaviour,
                 "losses/explained_variance": explained,
                 "ppo/clip_epsilon": self.clip_epsilon,
                 "ppo/beta": self.beta,
@@ -590,8 +613,19 @@ class PPOLearner:
         info = self.model.policy_info(self._forward(self.model, data, slice(None))[:, : data["h"]])
         return float(losses.masked_mean(self.dist.kl(ref_info, info), train_mask))
 
-    def _refresh_reference(self, kl: float) -> None:
-        """Adapt clip range / beta to the KL travelled since the last refresh, then copy."""
+    @torch.no_grad()
+    def _iteration_kl(
+        self, data: dict[str, Any], ref_info: torch.Tensor, train_mask: torch.Tensor
+    ) -> tuple[float, float]:
+        """(KL from the iteration's start, KL from the behaviour policy), mean over owned steps."""
+        info = self.model.policy_info(self._forward(self.model, data, slice(None))[:, : data["h"]])
+        kl = float(losses.masked_mean(self.dist.kl(ref_info, info), train_mask))
+        behaviour = data["behaviour_info"]
+        kl_b = float(losses.masked_mean(self.dist.kl(behaviour, info), train_mask))
+        return kl, kl_b
+
+    def _adapt(self, kl: float) -> None:
+        """Adapt the clip range (clip mode) or beta (adapt mode) to this iteration's KL."""
         cfg = self.config
         if np.isfinite(kl):
             if cfg.mode == "clip":
@@ -614,5 +648,3 @@ class PPOLearner:
                     cfg.beta_range,
                     grow_when_kl_high=True,
                 )
-        self.ref_model.load_state_dict(self.model.state_dict())
-        self.steps_since_ref = 0

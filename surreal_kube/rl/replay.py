@@ -12,7 +12,7 @@ from collections import deque
 import numpy as np
 
 from surreal_kube.rl.interfaces import ArrayDict
-from surreal_kube.rl.segment_tree import MinSegmentTree, SumSegmentTree
+from surreal_kube.rl.segment_tree import SumSegmentTree
 
 
 def stack_items(items: list[ArrayDict]) -> ArrayDict:
@@ -133,8 +133,11 @@ class PrioritizedReplay(UniformReplay):
     Item i is drawn with probability p_i^alpha / sum_j p_j^alpha, i.i.d. across the batch (masses
     drawn uniformly from [0, total), not stratified, so the distribution is exactly proportional).
     Batches carry `indices` (to update priorities after learning) and `weights`, the importance
-    weights (N * P(i))^-beta normalized by their maximum. New items get the largest priority seen so
-    that each is sampled at least once soon.
+    weights (N * P(i))^-beta divided by the largest weight in the batch (as Dopamine and Acme
+    do). Dividing by the buffer's worst case instead (the weight of its least likely item) lets one
+    item with a near-zero priority shrink every weight of every batch towards zero, and the
+    critic's effective learning rate with it. New items get the largest priority seen so that each
+    is sampled at least once soon.
     """
 
     def __init__(
@@ -153,7 +156,6 @@ class PrioritizedReplay(UniformReplay):
         self.beta = beta
         self.eps = eps
         self._sum = SumSegmentTree(tree_capacity)
-        self._min = MinSegmentTree(tree_capacity)
         self._max_priority = 1.0
 
     def add(self, item: ArrayDict) -> int:
@@ -161,7 +163,6 @@ class PrioritizedReplay(UniformReplay):
         slot = super().add(item)
         p = self._max_priority**self.alpha
         self._sum[slot] = p
-        self._min[slot] = p
         return slot
 
     def add_batch(self, arrays: ArrayDict, count: int) -> np.ndarray:
@@ -169,7 +170,6 @@ class PrioritizedReplay(UniformReplay):
         slots = super().add_batch(arrays, count)
         p = self._max_priority**self.alpha
         self._sum[slots] = p
-        self._min[slots] = p
         return slots
 
     def sample_indices(self, batch_size: int) -> np.ndarray:
@@ -186,10 +186,9 @@ class PrioritizedReplay(UniformReplay):
         beta = self.beta if beta is None else beta
         idx = self.sample_indices(batch_size)
         total = self._sum.sum(0, self._size)
-        p_min = self._min.min(0, self._size) / total
-        max_weight = (p_min * self._size) ** (-beta)
         p = np.asarray(self._sum[idx]) / total
-        weights = (p * self._size) ** (-beta) / max_weight
+        weights = (p * self._size) ** (-beta)
+        weights = weights / weights.max()
         batch = self.gather(idx)
         batch["indices"] = idx.astype(np.int64)
         batch["weights"] = weights.astype(np.float32)
@@ -205,5 +204,4 @@ class PrioritizedReplay(UniformReplay):
             raise IndexError(f"priority index out of range [0, {self._size})")
         p = priorities**self.alpha
         self._sum[indices] = p
-        self._min[indices] = p
         self._max_priority = max(self._max_priority, float(priorities.max(initial=0.0)))

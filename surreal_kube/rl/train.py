@@ -26,7 +26,13 @@ import torch
 
 from surreal_kube.envs import check_env, make_env
 from surreal_kube.experiment.spec import ExperimentSpec
-from surreal_kube.rl.factory import make_actor, make_learner, make_replay, replay_ready
+from surreal_kube.rl.factory import (
+    env_slot_seeds,
+    make_actor,
+    make_learner,
+    make_replay,
+    replay_ready,
+)
 from surreal_kube.rl.interfaces import Actor, Learner
 from surreal_kube.rl.replay import PrioritizedReplay
 from surreal_kube.session.checkpoint import PeriodicCheckpoint
@@ -117,8 +123,10 @@ def train(
     replay = make_replay(spec)
     n_envs = spec.agents.count * spec.agents.envs_per_agent
     envs = [make_env(spec.env) for _ in range(n_envs)]
+    per_agent = spec.agents.envs_per_agent
+    seeds = [env_slot_seeds(spec, i // per_agent, i % per_agent) for i in range(n_envs)]
     actors = [
-        make_actor(spec, i // spec.agents.envs_per_agent, "train", obs_space, action_space)
+        make_actor(spec, i // per_agent, "train", obs_space, action_space, seed=seeds[i][1])
         for i in range(n_envs)
     ]
     eval_mode = "eval_deterministic" if spec.evals.mode == "deterministic" else "eval_stochastic"
@@ -129,8 +137,8 @@ def train(
         actor.load_parameters(params)
     observations = []
     for i, (env, actor) in enumerate(zip(envs, actors, strict=True)):
-        obs, _ = env.reset(seed=seed + i)
-        env.action_space.seed(seed + i)
+        obs, _ = env.reset(seed=seeds[i][0])
+        env.action_space.seed(seeds[i][0])
         actor.reset()
         observations.append(obs)
     ckpt = None

@@ -39,7 +39,7 @@ class EvalRole(RoleBase):
     def __init__(self, ctx: RoleContext, stop: StopFlag | None = None) -> None:
         super().__init__(ctx, stop)
         from surreal_kube.envs import env_spaces, make_env
-        from surreal_kube.rl.factory import actor_seed, make_actor
+        from surreal_kube.rl.factory import env_slot_seeds, make_actor
 
         spec = ctx.spec
         self.progress = ProgressFile(ctx.experiment_dir, ctx.experiment, ctx.process, ctx.role)
@@ -49,9 +49,17 @@ class EvalRole(RoleBase):
         obs_space, action_space = env_spaces(spec.env)
         self.record = spec.evals.record_video
         self.env: Any = make_env(spec.env, record_video=self.record)
-        self.actor = make_actor(spec, ctx.index, self.mode, obs_space, action_space)  # type: ignore[arg-type]
         restarts = int(self.progress.data["restarts"])
-        self.seed = (actor_seed(spec, ctx.index, self.mode) + 7919 * restarts) % (2**31)  # type: ignore[arg-type]
+        env_seed, actor_seed = env_slot_seeds(spec, ctx.index, 0, restarts, self.mode)  # type: ignore[arg-type]
+        self.actor = make_actor(
+            spec,
+            ctx.index,
+            self.mode,  # type: ignore[arg-type]
+            obs_space,
+            action_space,
+            seed=actor_seed,
+        )
+        self.seed = env_seed
         self.params = ParameterClient(ctx.addr("ps-serve"), timeout=spec.ps.timeout_seconds)
         self.env_steps = 0
         self.episodes = 0

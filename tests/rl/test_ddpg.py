@@ -171,3 +171,16 @@ def test_parameters_roundtrip_into_actor(pendulum):
 def test_discrete_actions_refused():
     with pytest.raises(ValueError, match="Box"):
         DDPGLearner(cfg(), gym.spaces.Box(-1, 1, (2,)), gym.spaces.Discrete(2))
+
+
+def test_rng_states_travel_in_checkpoints(pendulum):
+    learner = DDPGLearner(
+        cfg(target_policy_smoothing=True), pendulum.observation_space, pendulum.action_space
+    )
+    state = learner.state_dict()
+    expected = (torch.rand(3), torch.randn(3, generator=learner._generator))
+    torch.manual_seed(99)
+    learner._generator.manual_seed(99)
+    learner.load_state_dict(state)
+    torch.testing.assert_close(torch.rand(3), expected[0])
+    torch.testing.assert_close(torch.randn(3, generator=learner._generator), expected[1])

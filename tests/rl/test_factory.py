@@ -8,7 +8,14 @@ from surreal_kube.errors import SpecError
 from surreal_kube.experiment.spec import ExperimentSpec
 from surreal_kube.rl.ddpg import DDPGAgentActor, DDPGLearner
 from surreal_kube.rl.device import resolve_device
-from surreal_kube.rl.factory import actor_seed, make_actor, make_learner, make_replay, replay_ready
+from surreal_kube.rl.factory import (
+    actor_seed,
+    env_slot_seeds,
+    make_actor,
+    make_learner,
+    make_replay,
+    replay_ready,
+)
 from surreal_kube.rl.ppo import PPOActor, PPOLearner
 from surreal_kube.rl.replay import FIFOReplay, PrioritizedReplay, UniformReplay
 
@@ -78,3 +85,19 @@ def test_cuda_learner_and_actor_when_present():
     actor = make_actor(spec, 0, "train", OBS, ACT)
     assert learner.device.type == "cuda" and actor.device.type == "cuda"
     actor.load_parameters(learner.parameters())
+
+
+def test_every_env_slot_gets_its_own_seeds():
+    spec = ExperimentSpec()
+    slots = {
+        (agent, env, restarts): env_slot_seeds(spec, agent, env, restarts)
+        for agent in range(3)
+        for env in range(3)
+        for restarts in range(3)
+    }
+    words = [w for pair in slots.values() for w in pair]
+    assert len(set(words)) == len(words)  # no two slots, and no env/actor pair, share a seed
+    assert all(0 <= w < 2**31 for w in words)
+    assert env_slot_seeds(spec, 1, 0, 0, "eval_deterministic") != env_slot_seeds(spec, 1, 0, 0)
+    other = ExperimentSpec.model_validate({"session": {"seed": 1}})
+    assert env_slot_seeds(other, 0) != env_slot_seeds(spec, 0)

@@ -1,5 +1,7 @@
 """PPO actor and learner: items, parameters, filters, LSTM and CNN stems, adaptation, resume."""
 
+import copy
+
 import gymnasium as gym
 import numpy as np
 import pytest
@@ -150,7 +152,6 @@ def test_adaptive_kl_mode_adapts_beta_within_bounds(pendulum):
         epochs_policy=5,
         epochs_baseline=1,
         lr_policy=0.05,
-        exp_interval=1,
         beta_range=(0.5, 2.0),
     )
     learner = PPOLearner(cfg, pendulum.observation_space, pendulum.action_space, seed=0)
@@ -164,14 +165,69 @@ def test_adaptive_kl_mode_adapts_beta_within_bounds(pendulum):
     assert all(0.5 <= b <= 2.0 for b in betas)
 
 
-def test_clip_range_adapts_at_reference_refresh(pendulum):
-    cfg = PPOConfig(epochs_policy=5, epochs_baseline=1, lr_policy=0.05, exp_interval=1)
+def test_clip_range_adapts_every_iteration_on_its_kl(pendulum):
+    cfg = PPOConfig(epochs_policy=5, epochs_baseline=1, lr_policy=0.05)
     learner = PPOLearner(cfg, pendulum.observation_space, pendulum.action_space, seed=0)
     actor = PPOActor(cfg, pendulum.observation_space, pendulum.action_space, seed=0)
     learner.learn(stack_items(collect(actor, pendulum, 8)))
     assert learner.last_kl > 2 * cfg.kl_target
     assert learner.clip_epsilon == pytest.approx(0.2 / 1.5)
-    assert learner.steps_since_ref == 0
+    learner.learn(stack_items(collect(actor, pendulum, 8, seed=1)))
+    assert learner.clip_epsilon == pytest.approx(0.2 / 1.5 / 1.5)
+
+
+def _kl_over_owned(learner: PPOLearner, before: torch.nn.Module, batch: dict) -> float:
+    """KL(policy `before` || learner's policy now), mean over owned steps, computed directly."""
+    data = learner._prepare(batch)
+    h = data["h"]
+    with torch.no_grad():
+        p = before.policy_info(before.features(data["seq"], None)[0])[:, :h]
+        q = learner.model.policy_info(learner.model.features(data["seq"], None)[0])[:, :h]
+        kl = learner.dist.kl(p, q)
+    mask = torch.as_tensor(data["train_mask"])
+    return float((kl * mask).sum() / mask.sum())
+
+
+def test_kl_reference_is_the_policy_at_the_iterations_start(pendulum):
+    # The KL reported, early-stopped on and adapted to is the distance moved by this iteration
+    # (not cumulative since an occasional refresh of an old copy), averaged over owned steps.
+    cfg = PPOConfig(epochs_policy=3, epochs_baseline=1, lr_policy=0.01, use_z_filter=False)
+    learner = PPOLearner(cfg, pendulum.observation_space, pendulum.action_space, seed=0)
+    actor = PPOActor(cfg, pendulum.observation_space, pendulum.action_space, seed=0)
+    for seed in range(3):
+        batch = stack_items(collect(actor, pendulum, 8, seed=seed))
+        before = copy.deepcopy(learner.model)
+        stats = learner.learn(dict(batch))
+        assert stats["losses/approx_kl"] == pytest.approx(
+            _kl_over_owned(learner, before, batch), rel=1e-4
+        )
+        assert learner.last_kl == stats["losses/approx_kl"]
+
+
+def test_filter_whitens_with_the_statistics_the_agents_acted_with(pendulum):
+    # The agent acts with the learner's parameters and filter; with a learning rate too small to
+    # move anything, the learner must see exactly the behaviour policy: a filter updated before
+    # the loss would shift every observation and the policy with it.
+    cfg = PPOConfig(epochs_policy=1, epochs_baseline=1, lr_policy=1e-12, lr_baseline=1e-12)
+    learner = PPOLearner(cfg, pendulum.observation_space, pendulum.action_space, seed=0)
+    actor = PPOActor(cfg, pendulum.observation_space, pendulum.action_space, seed=0)
+    for seed in range(3):
+        actor.load_parameters(learner.parameters())
+        actor.reset()  # no window left open from acting with the previous parameters
+        count = learner.z_filter.count
+        stats = learner.learn(stack_items(collect(actor, pendulum, 8, seed=seed)))
+        assert learner.z_filter.count > count  # the batch did go into the statistics, after
+        assert stats["ppo/kl_behaviour"] < 1e-8, seed
+
+
+def test_rng_state_travels_in_checkpoints(pendulum):
+    cfg = small()
+    learner = PPOLearner(cfg, pendulum.observation_space, pendulum.action_space, seed=0)
+    state = learner.state_dict()
+    expected = torch.rand(4)
+    torch.manual_seed(123)
+    learner.load_state_dict(state)
+    torch.testing.assert_close(torch.rand(4), expected)
 
 
 def test_lstm_state_travels_with_subtrajectories(pendulum):

@@ -60,3 +60,14 @@ def test_prioritized_add_batch_gets_max_priority():
     r.update_priorities(np.array([0]), np.array([5.0]))
     r.add_batch(stack_items([item(1), item(2)]), 2)
     assert r._sum[1] == pytest.approx(r._sum[0]) == pytest.approx(r._sum[2])
+
+
+def test_prioritized_weights_do_not_collapse_when_one_item_is_unlikely():
+    # One item with a near-zero priority is the buffer's worst case: normalizing by it made every
+    # weight of every batch tiny. Normalized within the batch, the largest weight is 1.
+    r = PrioritizedReplay(64, alpha=1.0, beta=1.0, eps=0.0, seed=0)
+    r.add_batch(stack_items([item(i) for i in range(64)]), 64)
+    r.update_priorities(np.arange(64), np.r_[1e-9, np.ones(63)])
+    batch = r.sample(32)
+    assert 0 not in batch["indices"]
+    np.testing.assert_allclose(batch["weights"], 1.0, rtol=1e-6)
