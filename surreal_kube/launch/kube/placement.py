@@ -160,7 +160,7 @@ def _place_group(
                 f"{shape.describe()}, a node of {pool.name} offers {_offer(pool)}"
             )
         if not packer.pack(pool, group.replicas, shape, _taken(group, shape)):
-            raise SpecError(_too_many(who, group, shape, pool, packer))
+            raise SpecError(_too_many(exp, who, group, shape, pool, packer))
         return pool
     candidates = _candidates(profile, shape)
     if not candidates:
@@ -180,7 +180,7 @@ def _place_group(
         if packer.pack(pool, group.replicas, shape, _taken(group, shape)):
             return pool
     best = _largest(candidates, shape)
-    raise SpecError(_too_many(who, group, shape, best, packer))
+    raise SpecError(_too_many(exp, who, group, shape, best, packer))
 
 
 def _who(group: Group) -> str:
@@ -205,7 +205,9 @@ def _largest(pools: list[NodePool], shape: PodShape) -> NodePool:
     return max(pools, key=lambda p: (p.millicpu * p.count, p.memory_bytes * p.count, p.name))
 
 
-def _too_many(who: str, group: Group, shape: PodShape, pool: NodePool, packer: _Packer) -> str:
+def _too_many(
+    exp: Experiment, who: str, group: Group, shape: PodShape, pool: NodePool, packer: _Packer
+) -> str:
     n = group.replicas
     total = PodShape(shape.millicpu * n, shape.memory * n, shape.gpus * n)
     pods = f"{n} pods of {shape.describe()} ({total.describe()} in total) do not fit"
@@ -217,7 +219,31 @@ def _too_many(who: str, group: Group, shape: PodShape, pool: NodePool, packer: _
         f"cannot place {who}: {pods} "
         f"the node pools: the largest pool for it, {pool.name}, has {pool.count} nodes of "
         f"{_offer(pool)}, {pool.pods} pods each ({_pool_total(pool)} in total){taken}"
+        f"; {_what_fits(exp, group, shape, pool, packer)}"
     )
+
+
+def _what_fits(
+    exp: Experiment, group: Group, shape: PodShape, pool: NodePool, packer: _Packer
+) -> str:
+    """`what fits there: 792 agents (792 pods of 1 agent), nvidia.com/gpu 792 of the 799 left`.
+
+    The numbers a user needs to shrink the experiment until it fits, rather than the totals to
+    divide by hand.
+    """
+    room = packer.room(pool, shape)
+    if group.component == "agent":
+        batch = exp.spec.agents.batch
+        each = "agent" if batch == 1 else "agents"
+        text = f"what fits there: {room * batch:,} agents ({room:,} pods of {batch} {each})"
+    elif group.component == "eval":
+        text = f"what fits there: {room:,} evals"
+    else:
+        text = f"what fits there: {room:,} pods"
+    if shape.gpus:
+        left = packer.left(pool, 2)
+        text += f", {GPU_RESOURCE} {room * shape.gpus:,} of the {left:,} left"
+    return text
 
 
 def _pool_total(pool: NodePool) -> str:
@@ -261,6 +287,22 @@ class _Packer:
         if who:
             self.placed[pool.name].append(who)
         return True
+
+    def room(self, pool: NodePool, shape: PodShape) -> int:
+        """How many more pods of `shape` fit on the pool's nodes (what is left of them)."""
+        return sum(
+            min(
+                node[0] // shape.millicpu if shape.millicpu else node[3],
+                node[1] // shape.memory if shape.memory else node[3],
+                node[2] // shape.gpus if shape.gpus else node[3],
+                node[3],
+            )
+            for node in self.free[pool.name]
+        )
+
+    def left(self, pool: NodePool, index: int) -> int:
+        """What is left on the pool of one resource (0 cpu, 1 memory, 2 GPUs, 3 pod slots)."""
+        return sum(node[index] for node in self.free[pool.name])
 
     def used_by(self, pool: NodePool) -> list[str]:
         return list(self.placed[pool.name])

@@ -89,7 +89,8 @@ def test_more_gpus_than_the_pools_have_is_refused(profile: ClusterProfile) -> No
         "memory 12Gi, nvidia.com/gpu 12 in total) do not fit the node pools: the largest pool for "
         "it, gpu-pool, has 2 nodes of cpu 16, memory 64Gi, nvidia.com/gpu 4, 110 pods each (cpu "
         "32, memory 128Gi, nvidia.com/gpu 8 in total); already placed there: learner (cpu 2, "
-        "memory 4Gi, nvidia.com/gpu 1)"
+        "memory 4Gi, nvidia.com/gpu 1); what fits there: 7 agents (7 pods of 1 agent), "
+        "nvidia.com/gpu 7 of the 7 left"
     )
 
 
@@ -98,7 +99,8 @@ def test_refusal_names_what_is_already_placed(profile: ClusterProfile) -> None:
         placed(["agents.count=7", "resources.agent.gpu=1", "resources.learner.gpu=2"], profile)
     assert str(err.value).endswith(
         "(cpu 32, memory 128Gi, nvidia.com/gpu 8 in total); already placed there: learner (cpu 2, "
-        "memory 4Gi, nvidia.com/gpu 2)"
+        "memory 4Gi, nvidia.com/gpu 2); what fits there: 6 agents (6 pods of 1 agent), "
+        "nvidia.com/gpu 6 of the 6 left"
     )
     placed(["agents.count=6", "resources.agent.gpu=1", "resources.learner.gpu=2"], profile)
 
@@ -225,3 +227,33 @@ def test_discovered_pools_from_node_records() -> None:
 def test_quantity_formatting() -> None:
     assert [format_cpu(m) for m in (2000, 500, 1500)] == ["2", "500m", "1500m"]
     assert [format_memory(b) for b in (4 * 2**30, 512 * 2**20, 1000)] == ["4Gi", "512Mi", "1000"]
+
+
+SCALE_PROFILE = {
+    "pools": [
+        {"name": "cpu-pool", "count": 900, "cpu": "32", "memory": "128Gi"},
+        {"name": "gpu-pool", "count": 100, "cpu": "64", "memory": "256Gi", "gpus": 8},
+    ]
+}
+
+
+def test_ten_thousand_gpu_agents_on_a_thousand_nodes_are_refused_with_what_fits() -> None:
+    with pytest.raises(SpecError) as err:
+        placed(
+            ["agents.count=10000", "agents.batch=10", "resources.agent.gpu=1"],
+            profile_from_dict(SCALE_PROFILE),
+        )
+    assert str(err.value).startswith("cannot place agents (agent): 1000 pods of cpu 1, memory 1Gi")
+    assert str(err.value).endswith(
+        "what fits there: 8,000 agents (800 pods of 10 agents), nvidia.com/gpu 800 of the 800 left"
+    )
+
+
+def test_ten_thousand_cpu_agents_fit_a_thousand_nodes() -> None:
+    out = placed(["agents.count=10000", "agents.batch=10"], profile_from_dict(SCALE_PROFILE))
+    assert out["agents"].pool == "cpu-pool"
+    with pytest.raises(SpecError, match=r"what fits there: 26,990 agents \(2,699 pods of 10 "):
+        placed(
+            ["agents.count=30000", "agents.batch=10", "resources.agent.cpu=10"],
+            profile_from_dict(SCALE_PROFILE),
+        )
