@@ -303,9 +303,13 @@ class ControlPlane:
         pools: str | os.PathLike[str] | Sequence[NodePool | Mapping[str, Any]] | None = None,
         bin_dir: str | os.PathLike[str] | None = None,
         die_with_parent: bool = True,
+        extra_args: Mapping[str, Sequence[str]] | None = None,
     ) -> None:
         """die_with_parent: the processes get SIGKILL when the thread that started them exits,
-        so a test run that is killed leaves nothing behind (`up` turns it off)."""
+        so a test run that is killed leaves nothing behind (`up` turns it off).
+        extra_args: component name (`kube-apiserver`, `kwok`...) -> flags added to its own (a
+        benchmark's audit log, client rate limits of a large cluster)."""
+        self.extra_args = {k: list(v) for k, v in (extra_args or {}).items()}
         self.pools = load_pools(pools)
         self.die_with_parent = die_with_parent
         self.bin_dir = Path(bin_dir) if bin_dir else ensure_binaries()
@@ -526,7 +530,7 @@ class ControlPlane:
         exe = str(self.binary(name))
         with open(self.log_dir / f"{name}.log", "ab") as log:
             popen = subprocess.Popen(
-                [exe, *args],
+                [exe, *args, *self.extra_args.get(name, ())],
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=subprocess.STDOUT,
