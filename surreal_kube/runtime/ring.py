@@ -107,6 +107,22 @@ class ColumnarRing:
         self._size = min(self.capacity, self._size + n)
         self.added += count
 
+    def discard_oldest_below(self, key: str, minimum: int) -> int:
+        """Drop items from the oldest end while their `key` is below `minimum`; how many.
+
+        For on-policy replay: items arrive roughly in the order of their parameter version, so
+        the stale ones are at the oldest end (a stale item behind a fresh one is caught by the
+        learner, which checks every item it gets).
+        """
+        if self._data is None or key not in self._data or self._size == 0:
+            return 0
+        held = self._data[key][(self._start + np.arange(self._size)) % self.capacity]
+        fresh = held.reshape(self._size, -1).min(axis=1) >= minimum
+        n = int(np.argmax(fresh)) if fresh.any() else self._size
+        self._start = (self._start + n) % self.capacity
+        self._size -= n
+        return n
+
     def add(self, item: Mapping[str, Any]) -> None:
         """Insert one item (the `ReplayBuffer` interface)."""
         self.add_batch({k: np.asarray(v)[None] for k, v in item.items()}, 1)
