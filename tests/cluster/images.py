@@ -28,7 +28,8 @@ TEST_IMAGE = "localhost/surreal-kube/busybox:test"
 BUSYBOX = Path("/bin/busybox")
 BUSYBOX_APPLETS = (
     "sh", "ls", "cat", "echo", "sleep", "nslookup", "wget", "httpd", "nc", "hostname", "env",
-    "ps", "kill", "true", "false", "mkdir", "id", "printf", "grep", "test", "ip",
+    "ps", "kill", "true", "false", "mkdir", "id", "printf", "grep", "test", "ip", "seq",
+    "head", "tail", "sed", "cut", "tr", "date", "uname", "rm", "cp", "mv", "touch", "wc",
 )  # fmt: skip
 
 

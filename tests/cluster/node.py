@@ -315,6 +315,7 @@ class RealNode:
             self._import_builtin_images()
             self._publish_apiserver_endpoint()
             self._start_kube_proxy()
+            _make_cgroup_root(self._slot.cgroup_root)
             self._start_kubelet()
             self._save_state()
             self._wait_node_ready(deadline)
@@ -880,31 +881,41 @@ def teardown(state: Mapping[str, Any]) -> None:
     procs = [_Proc(p["name"], p["exe"], p["pid"]) for p in state.get("procs", [])]
     workdir = Path(state["workdir"]) if state.get("workdir") else None
     by_name = {p.name: p for p in procs}
+    errors: list[str] = []
+
+    def step(action: Any, *args: Any) -> None:
+        try:
+            action(*args)
+        except (NodeError, OSError) as e:  # go on: remove all that can be removed
+            errors.append(str(e))
+
     for name in ("kubelet", "kube-proxy"):
         if name in by_name:
-            _stop_proc(by_name[name])
-    _kill_cgroup_tree(slot.cgroup_root)
+            step(_stop_proc, by_name[name])
+    step(_kill_cgroup_tree, slot.cgroup_root)
     if workdir is not None:
-        _kill_shims(str(workdir / "containerd" / "containerd.sock"))
+        step(_kill_shims, str(workdir / "containerd" / "containerd.sock"))
     for proc in reversed(procs):
-        _stop_proc(proc)
+        step(_stop_proc, proc)
     if workdir is not None:
-        _unmount_under(workdir)
+        step(_unmount_under, workdir)
     with contextlib.suppress(subprocess.CalledProcessError):
         _run(["ip", "netns", "del", slot.netns], quiet=True)
     with contextlib.suppress(subprocess.CalledProcessError):
         _run(["ip", "link", "del", slot.host_veth], quiet=True)
-    _remove_cgroup_tree(slot.cgroup_root)
+    step(_remove_cgroup_tree, slot.cgroup_root)
     if workdir is not None:
-        _remove_log_links(workdir / "pod-logs", remove_dir=not state.get("log_links_existed", True))
+        links_existed = state.get("log_links_existed", True)
+        step(_remove_log_links, workdir / "pod-logs", not links_existed)
     for cached in (CNI_CACHE / "results").glob(f"{slot.cni_network}-*"):
-        cached.unlink(missing_ok=True)
-    _remove_dead_shim_sockets()
+        step(cached.unlink)
+    step(_remove_dead_shim_sockets)
     for key, value in state.get("sysctls", {}).items():
-        with contextlib.suppress(OSError):
-            (Path("/proc/sys") / key.replace(".", "/")).write_text(value)
+        step((Path("/proc/sys") / key.replace(".", "/")).write_text, value)
     if workdir is not None:
         shutil.rmtree(workdir, ignore_errors=True)
+    if errors:  # keep the slot: the next sweep tries again
+        raise NodeError("teardown of the real node: " + "; ".join(errors))
     shutil.rmtree(slot.dir, ignore_errors=True)
 
 
@@ -945,6 +956,19 @@ def _kill_cgroup_tree(root: str, timeout: float = 20.0) -> None:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
         time.sleep(0.1)
+
+
+def _make_cgroup_root(root: str) -> None:
+    """The kubelet's cgroupRoot must exist in every hierarchy; a new cpuset cgroup needs its
+    parent's cpus and mems before a process can join it (cgroup v1)."""
+    for hierarchy in Path("/sys/fs/cgroup").iterdir():
+        if not hierarchy.is_dir() or hierarchy.is_symlink():
+            continue
+        top = hierarchy / root.lstrip("/")
+        top.mkdir(exist_ok=True)
+        for name in ("cpuset.cpus", "cpuset.mems"):
+            if (hierarchy / name).exists() and not (top / name).read_text().strip():
+                (top / name).write_text((hierarchy / name).read_text())
 
 
 def _remove_cgroup_tree(root: str) -> None:
