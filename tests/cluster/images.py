@@ -23,6 +23,14 @@ from pathlib import Path
 
 PAUSE_IMAGE = "localhost/surreal-kube/pause:3.10"
 COREDNS_IMAGE = "localhost/surreal-kube/coredns:v1.15.0"
+KUBE_PROXY_IMAGE = "localhost/surreal-kube/kube-proxy:v1.37.2"
+XTABLES = Path("/usr/sbin/xtables-nft-multi")  # Debian's iptables, nf_tables backend
+XTABLES_MODULES = Path("/usr/lib/x86_64-linux-gnu/xtables")
+IPTABLES_NAMES = tuple(
+    f"{family}{suffix}"
+    for family in ("iptables", "ip6tables")
+    for suffix in ("", "-save", "-restore")
+)
 TEST_IMAGE = "localhost/surreal-kube/busybox:test"
 """busybox (Debian's busybox-static): sh, nslookup, wget, httpd, nc... for the node tests."""
 BUSYBOX = Path("/bin/busybox")
@@ -88,6 +96,48 @@ def pause_image(archive: str | os.PathLike[str], pause_binary: Path) -> Path:
 def coredns_image(archive: str | os.PathLike[str], coredns_binary: Path) -> Path:
     """CoreDNS, as the cluster DNS of the real node (a static binary, nothing else)."""
     return write_image(archive, COREDNS_IMAGE, {"coredns": coredns_binary}, entrypoint=["/coredns"])
+
+
+def kube_proxy_image(archive: str | os.PathLike[str], kube_proxy_binary: Path) -> Path:
+    """kube-proxy with the host's iptables (nf_tables backend), its extension modules and the
+    shared libraries they load, gathered with ldd: what kube-proxy runs in iptables mode."""
+    if not XTABLES.is_file():
+        raise ImageError(f"{XTABLES} is missing: install Debian's iptables (`make deb` does)")
+    modules = sorted(XTABLES_MODULES.glob("*.so"))
+    files: dict[str, str | os.PathLike[str] | bytes] = {
+        "usr/local/bin/kube-proxy": kube_proxy_binary,
+        "usr/sbin/xtables-nft-multi": XTABLES,
+    }
+    for module in modules:
+        files[str(module).lstrip("/")] = module
+    for lib in shared_libraries([XTABLES, *modules]):
+        files[str(lib).lstrip("/")] = lib.resolve()
+    links = {f"usr/sbin/{name}": "xtables-nft-multi" for name in IPTABLES_NAMES}
+    return write_image(
+        archive,
+        KUBE_PROXY_IMAGE,
+        files,
+        entrypoint=["/usr/local/bin/kube-proxy"],
+        env=("PATH=/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",),
+        symlinks=links,
+        dirs=("tmp", "etc", "run", "var/lib"),
+    )
+
+
+def shared_libraries(programs: Sequence[Path]) -> list[Path]:
+    """The shared libraries (and the loader) that programs load, as ldd names them."""
+    import subprocess
+
+    found: set[Path] = set()
+    for program in programs:
+        out = subprocess.run(["ldd", str(program)], capture_output=True, text=True).stdout
+        for line in out.splitlines():
+            parts = line.split()
+            if "=>" in parts and len(parts) >= 3 and parts[2].startswith("/"):
+                found.add(Path(parts[2]))
+            elif parts and parts[0].startswith("/"):
+                found.add(Path(parts[0]))  # the loader: /lib64/ld-linux-x86-64.so.2
+    return sorted(found)
 
 
 def busybox_image(archive: str | os.PathLike[str], busybox: Path = BUSYBOX) -> Path:

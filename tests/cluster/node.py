@@ -7,7 +7,8 @@ tables, and removing the namespace removes them all:
     host (127.0.0.1: etcd, kube-apiserver, ... kwok)
       |  veth sk-node<i> 10.66.255.<4i+1>/30  (socat: this address -> the API server on loopback)
     netns sk-node-<i>: eth0 10.66.255.<4i+2>/30 (the node's InternalIP)
-      |  containerd, kubelet, kube-proxy (iptables mode), bridge cni0 10.66.<i>.1/24
+      |  containerd, kubelet (processes); kube-proxy (a host-network pod, iptables mode)
+      |  bridge cni0 10.66.<i>.1/24
     pods 10.66.<i>.0/24: CoreDNS (Service kube-dns 10.96.0.10), test pods
 
 Pods reach the API server through the `kubernetes` Service (10.96.0.1:443): its EndpointSlice
@@ -21,7 +22,7 @@ only nodes annotated kwok.x-k8s.io/node=fake). Up to MAX_SLOTS nodes (of differe
 planes) can run on one machine: each takes a slot, which fixes its names and addresses.
 
 Teardown (stop(), or sweep() for the leftovers of a killed run) kills every container through
-the node's cgroups, the shims, containerd, kubelet, kube-proxy and socat, unmounts everything
+the node's cgroups (kube-proxy's too), the shims, containerd, kubelet and socat, unmounts all
 under the node's work directory, deletes the network namespace and veth, removes the cgroups,
 the kubelet's /var/log/containers links and the CNI result cache, and restores the kernel
 settings the kubelet changes. It works from the slot's state file alone, so it can run in a
@@ -314,13 +315,12 @@ class RealNode:
             self._start_containerd(deadline)
             self._import_builtin_images()
             self._publish_apiserver_endpoint()
-            self._start_kube_proxy()
             _make_cgroup_root(self._slot.cgroup_root)
             self._start_kubelet()
             self._save_state()
             self._wait_node_ready(deadline)
-            self._deploy_coredns()
-            self._wait_coredns(deadline)
+            self._deploy_system_pods()
+            self._wait_system_pods(deadline)
         except BaseException:
             with contextlib.suppress(Exception):
                 self.stop()
@@ -433,13 +433,18 @@ class RealNode:
         _kubelet_cert(cp.pki, wd / "pki", s.node_ip, self.name)
         # Daemons in the namespace reach the API server through the veth (socat to loopback);
         # its certificate names `kubernetes`, not this address.
-        for who in ("kubelet", "kube-proxy"):
-            _write_kubeconfig(cp, wd / f"{who}.kubeconfig", f"https://{s.host_ip}:{self._api_port}")
+        server = f"https://{s.host_ip}:{self._api_port}"
+        _write_kubeconfig(cp, wd / "kubelet.kubeconfig", server)
+        # kube-proxy runs as a pod (hostNetwork) and reads these through a hostPath volume
+        (wd / "kube-proxy").mkdir(exist_ok=True)
+        _write_kubeconfig(cp, wd / "kube-proxy" / "kubeconfig", server)
         (wd / "resolv.conf").write_text("")  # pods get only the cluster DNS, no host search list
         (wd / "containerd" / "config.toml").write_text(self._containerd_config())
         (wd / "cni" / "net.d" / "10-pods.conflist").write_text(json.dumps(self._cni_config()))
         (wd / "kubelet.yaml").write_text(json.dumps(self._kubelet_config(), indent=2))
-        (wd / "kube-proxy.yaml").write_text(json.dumps(self._kube_proxy_config(), indent=2))
+        (wd / "kube-proxy" / "config.yaml").write_text(
+            json.dumps(self._kube_proxy_config(), indent=2)
+        )
 
     @property
     def _api_port(self) -> int:
@@ -576,7 +581,7 @@ disabled_plugins = [
         return {
             "apiVersion": "kubeproxy.config.k8s.io/v1alpha1",
             "kind": "KubeProxyConfiguration",
-            "clientConnection": {"kubeconfig": str(self._wd / "kube-proxy.kubeconfig")},
+            "clientConnection": {"kubeconfig": str(self._wd / "kube-proxy" / "kubeconfig")},
             "mode": "iptables",
             "clusterCIDR": s.pod_cidr,
             "hostnameOverride": self.name,
@@ -647,6 +652,8 @@ disabled_plugins = [
         self.import_image(images.pause_image(out / "pause.tar", self.bin_dir / "pause"))
         self.import_image(images.coredns_image(out / "coredns.tar", self.bin_dir / "coredns"))
         self.import_image(images.busybox_image(out / "busybox.tar"))
+        kube_proxy = images.kube_proxy_image(out / "kube-proxy.tar", self.bin_dir / "kube-proxy")
+        self.import_image(kube_proxy)
 
     def _publish_apiserver_endpoint(self) -> None:
         """The `kubernetes` Service's endpoint: the host end of the veth (socat -> loopback).
@@ -668,9 +675,6 @@ disabled_plugins = [
             "ports": [{"name": "https", "port": port, "protocol": "TCP"}],
         }
         _apply(cp, "/apis/discovery.k8s.io/v1/namespaces/default/endpointslices", slice_)
-
-    def _start_kube_proxy(self) -> None:
-        self._spawn("kube-proxy", [f"--config={self._wd / 'kube-proxy.yaml'}"])
 
     def _start_kubelet(self) -> None:
         wd, s = self._wd, self._slot
@@ -700,22 +704,27 @@ disabled_plugins = [
 
         self._wait(deadline, f"node {self.name} Ready", ready)
 
-    def _deploy_coredns(self) -> None:
+    def _deploy_system_pods(self) -> None:
+        """CoreDNS (Deployment) and kube-proxy (DaemonSet), as pods on this node."""
         for path, obj in coredns_manifests(self.pool):
             _apply(self.cp, path, obj)
+        for path, obj in kube_proxy_manifests(self.pool, self._wd / "kube-proxy"):
+            _apply(self.cp, path, obj)
 
-    def _wait_coredns(self, deadline: float) -> None:
-        def ready() -> bool:
+    def _wait_system_pods(self, deadline: float) -> None:
+        def ready(app: str) -> bool:
             pods = self.cp.request(
-                "GET", "/api/v1/namespaces/kube-system/pods?labelSelector=k8s-app%3Dkube-dns"
+                "GET", f"/api/v1/namespaces/kube-system/pods?labelSelector=k8s-app%3D{app}"
             )["items"]
             return any(
                 c["type"] == "Ready" and c["status"] == "True"
                 for p in pods
+                if p["spec"].get("nodeName") == self.name
                 for c in p.get("status", {}).get("conditions", [])
             )
 
-        self._wait(deadline, "CoreDNS Ready", ready)
+        self._wait(deadline, "kube-proxy Ready", lambda: ready("kube-proxy"))
+        self._wait(deadline, "CoreDNS Ready", lambda: ready("kube-dns"))
 
     def _wait(self, deadline: float, what: str, ready: Any) -> None:
         last: BaseException | None = None
@@ -869,6 +878,56 @@ def coredns_manifests(pool: str = NODE_POOL) -> list[tuple[str, dict[str, Any]]]
     ]
 
 
+def kube_proxy_manifests(pool: str, config_dir: Path) -> list[tuple[str, dict[str, Any]]]:
+    """kube-proxy as a DaemonSet on the real node, as kubeadm and kind run it: host network,
+    privileged (it writes the node namespace's iptables), its config and kubeconfig from the
+    node's work directory (a hostPath at the same path)."""
+    labels = {"k8s-app": "kube-proxy"}
+    container = {
+        "name": "kube-proxy",
+        "image": images.KUBE_PROXY_IMAGE,
+        "imagePullPolicy": "Never",
+        "command": ["/usr/local/bin/kube-proxy", f"--config={config_dir / 'config.yaml'}"],
+        "securityContext": {"privileged": True},
+        "volumeMounts": [{"name": "config", "mountPath": str(config_dir), "readOnly": True}],
+        "readinessProbe": {
+            "httpGet": {"path": "/healthz", "port": 10256},
+            "periodSeconds": 2,
+        },
+    }
+    return [
+        (
+            "/apis/apps/v1/namespaces/kube-system/daemonsets",
+            {
+                "apiVersion": "apps/v1",
+                "kind": "DaemonSet",
+                "metadata": {"name": "kube-proxy", "labels": labels},
+                "spec": {
+                    "selector": {"matchLabels": labels},
+                    "template": {
+                        "metadata": {"labels": labels},
+                        "spec": {
+                            "hostNetwork": True,
+                            "priorityClassName": "system-node-critical",
+                            "nodeSelector": {controlplane.NODEPOOL_LABEL: pool},
+                            "tolerations": [{"operator": "Exists"}],
+                            "automountServiceAccountToken": False,
+                            "terminationGracePeriodSeconds": 1,
+                            "containers": [container],
+                            "volumes": [
+                                {
+                                    "name": "config",
+                                    "hostPath": {"path": str(config_dir), "type": "Directory"},
+                                }
+                            ],
+                        },
+                    },
+                },
+            },
+        )
+    ]
+
+
 # --------------------------------------------------------------------------- teardown
 
 
@@ -889,9 +948,8 @@ def teardown(state: Mapping[str, Any]) -> None:
         except (NodeError, OSError) as e:  # go on: remove all that can be removed
             errors.append(str(e))
 
-    for name in ("kubelet", "kube-proxy"):
-        if name in by_name:
-            step(_stop_proc, by_name[name])
+    if "kubelet" in by_name:
+        step(_stop_proc, by_name["kubelet"])
     step(_kill_cgroup_tree, slot.cgroup_root)
     if workdir is not None:
         step(_kill_shims, str(workdir / "containerd" / "containerd.sock"))

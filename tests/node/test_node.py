@@ -63,21 +63,22 @@ def test_node_is_ready_with_the_machines_capacity(real_node: Any, kube_cluster: 
     assert got["status"]["nodeInfo"]["kubeletVersion"] == "v1.37.2"
 
 
-def test_coredns_runs_on_the_node_and_kube_proxy_programs_service_ips(
+def test_coredns_and_kube_proxy_run_as_pods_and_program_service_ips(
     real_node: Any, kube_cluster: Any
 ) -> None:
     cp = kube_cluster.control_plane
-    pods = cp.request(
-        "GET", "/api/v1/namespaces/kube-system/pods?labelSelector=k8s-app%3Dkube-dns"
-    )["items"]
-    running_dns = [
-        p
+    pods = cp.request("GET", "/api/v1/namespaces/kube-system/pods")["items"]
+    on_node = {
+        p["metadata"]["labels"].get("k8s-app"): p
         for p in pods
         if p["status"].get("phase") == "Running" and p["spec"].get("nodeName") == node.NODE_NAME
+    }
+    assert {"kube-dns", "kube-proxy"} <= set(on_node), [
+        (p["metadata"]["name"], p["status"].get("phase")) for p in pods
     ]
-    assert running_dns, [(p["metadata"]["name"], p["status"].get("phase")) for p in pods]
-    pod_ip = running_dns[0]["status"]["podIP"]
+    pod_ip = on_node["kube-dns"]["status"]["podIP"]
     assert pod_ip.startswith(real_node.pod_cidr.rsplit(".", 1)[0] + "."), pod_ip
+    assert on_node["kube-proxy"]["status"]["podIP"] == real_node.node_ip  # host network
 
     # kube-proxy: healthy, and its iptables rules for the DNS Service live in the node's
     # network namespace only
