@@ -2,13 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Annotated
-
-import typer
-
 from surreal_kube.cli import spec_options as so
-from surreal_kube.cli.output import result
-from surreal_kube.experiment.resolve import dump_json, dump_yaml
+from surreal_kube.cli.output import Output, names, result
 
 
 def config(
@@ -22,20 +17,21 @@ def config(
     max_env_steps: so.MaxEnvSteps = None,
     max_time: so.MaxTime = None,
     sets: so.Sets = None,
-    output: Annotated[str, typer.Option("--output", "-o", help="yaml or json.")] = "yaml",
+    output: Output = None,
 ) -> None:
     """Print the fully resolved experiment (defaults, files, flags and --set applied).
 
-    Feeding the output back with -f reproduces it exactly.
+    YAML unless -o says otherwise. Feeding the output back with -f reproduces it exactly.
 
     Examples:
 
-      surreal-kube config exp-ppo-ant --algorithm ppo --env gym:Ant-v5 -o yaml
-
+    \b
+      surreal-kube config exp-ppo-ant --algorithm ppo --env gym:Ant-v5 -o yaml > exp.yaml
       surreal-kube config exp-ddpg -a ddpg --set replay.shards=2 -o json
+      surreal-kube config exp-ppo-ant -f exp.yaml --num-agents 8 | surreal-kube topology x -f -
     """
-    if output not in ("yaml", "json"):
-        raise typer.BadParameter(f"must be yaml or json, got {output!r}", param_hint="--output")
+    from surreal_kube.experiment.resolve import dump_json, dump_yaml
+
     exp = so.resolve_from_cli(
         name,
         files,
@@ -48,4 +44,7 @@ def config(
         max_env_steps,
         max_time,
     )
-    result(dump_yaml(exp) if output == "yaml" else dump_json(exp))
+    if output == "name":
+        names([exp.metadata.name])
+        return
+    result(dump_json(exp) if output == "json" else dump_yaml(exp))

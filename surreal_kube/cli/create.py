@@ -1,22 +1,25 @@
-"""`surreal-kube create`: resolve an experiment and start it on a backend."""
+"""`surreal-kube create`: resolve an experiment and start it on a backend.
+
+Where it runs is the one rule of every verb: `--local` (or `--root DIR`) runs it as processes on
+this machine, otherwise it goes to the current kube context.
+"""
 
 from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from rich.live import Live
 
 from surreal_kube.cli import kube_view as kv
 from surreal_kube.cli import spec_options as so
-from surreal_kube.cli.local_view import RateMeter, render_state
-from surreal_kube.cli.output import abort, err, info, result
-from surreal_kube.cli.render_cmd import Images, Profile, parse_images
+from surreal_kube.cli.output import err, info, out, result
+from surreal_kube.cli.render_cmd import Images, Profile, parse_images, resolve_images
 from surreal_kube.errors import LaunchError, SpecError
-from surreal_kube.experiment.resolve import dump_yaml, experiment_topology
-from surreal_kube.experiment.spec import Experiment
+
+if TYPE_CHECKING:
+    from surreal_kube.experiment.spec import Experiment
 
 
 def create(
@@ -36,21 +39,33 @@ def create(
         bool, typer.Option("--detach", "-d", help="Return at once; the experiment runs on.")
     ] = False,
     resume: Annotated[
-        bool, typer.Option("--resume", help="Continue an existing experiment from its checkpoint.")
+        bool,
+        typer.Option(
+            "--resume", help="Local: continue an existing experiment from its checkpoint."
+        ),
     ] = False,
     restore_from: Annotated[
         Path | None,
         typer.Option(
             "--restore-from",
-            help="Start the learner from this checkpoint file.",
+            metavar="FILE",
+            help="Local: start the learner from this checkpoint file.",
             show_default=False,
         ),
     ] = None,
     replace: Annotated[
-        bool, typer.Option("--replace", help="Delete a finished experiment of the same name first.")
+        bool,
+        typer.Option(
+            "--replace", help="Local: delete a finished experiment of the same name first."
+        ),
     ] = False,
     dry_run: Annotated[
-        bool, typer.Option("--dry-run", help="Print what would run; start nothing.")
+        bool,
+        typer.Option(
+            "--dry-run",
+            help="Print what would run and start nothing (kubectl's --dry-run=client; "
+            "--dry-run=client and --dry-run=server are accepted as kubectl users type them).",
+        ),
     ] = False,
     dry_run_server: Annotated[
         bool,
@@ -92,25 +107,55 @@ def create(
         typer.Option("--no-wait", help="Return once applied; do not wait for Running."),
     ] = False,
     timeout: Annotated[
-        float, typer.Option("--timeout", help="Seconds to wait for every pod to run.")
-    ] = 600.0,
+        str,
+        typer.Option(
+            "--timeout",
+            metavar="DURATION",
+            help="How long to wait for every pod to run: seconds, or 90s, 5m, 1h.",
+        ),
+    ] = "600",
 ) -> None:
-    """Create and start an experiment.
+    """Create and start an experiment: here with --local, else on the kube context.
+
+    With --local every component runs as a process on this machine (a live view until the
+    budget is spent; Ctrl-C stops cleanly; --detach returns at once). Without it the objects go
+    to the current kube context and create waits until every pod runs.
 
     Examples:
 
-      surreal-kube create exp-ppo-ant --local --algorithm ppo --env gym:Ant-v5 --max-time 600
-
-      surreal-kube create exp-ppo-ant --local --detach --num-agents 4
-
-      surreal-kube create exp-ppo-ant --local --resume --max-time 1200
-
-      surreal-kube create exp-ppo-ant --dry-run --num-agents 8 --agent-batch 4
-
+    \b
+      surreal-kube create exp-ppo-ant --local --env gym:Ant-v5 --max-time 10m
+      surreal-kube create exp-ppo-ant --local --detach --num-agents 4 --max-env-steps 200000
+      surreal-kube create exp-ppo-ant --local --resume --max-time 20m
+      surreal-kube config exp-ppo-ant -o yaml > exp.yaml
+      surreal-kube create exp-ppo-ant -f exp.yaml --local --max-time 600
+      surreal-kube create exp-ppo-ant --dry-run=client --num-agents 8 --agent-batch 4
       surreal-kube create exp-ppo-ant --env gym:Ant-v5 --num-agents 8 -n rl --context gke
-
-      surreal-kube create exp-ppo-ant --dry-run-server --image cpu=registry/runtime:1a2b3c
+      surreal-kube create exp-ppo-ant --dry-run=server --image cpu=registry/runtime:1a2b3c
     """
+    is_local = kv.is_local(name, local, root, kubeconfig, context, namespace)
+    wait_seconds = so.parse_duration(timeout, "--timeout") or 0.0
+    if dry_run and dry_run_server:
+        raise SpecError("--dry-run (client) and --dry-run-server (server) exclude each other")
+    if resume and replace:
+        raise SpecError("--resume and --replace contradict each other; choose one")
+    if not is_local:
+        local_only = [
+            flag
+            for flag, given in (
+                ("--resume", resume),
+                ("--replace", replace),
+                ("--restore-from", restore_from is not None),
+            )
+            if given
+        ]
+        if local_only:
+            raise SpecError(
+                f"{local_only[0]} is for local experiments: add --local (on a cluster a "
+                "restarted learner resumes from its checkpoint by itself)"
+            )
+    elif dry_run_server:
+        raise SpecError("--dry-run=server needs an API server; with --local use --dry-run")
     exp = so.resolve_from_cli(
         name,
         files,
@@ -123,12 +168,10 @@ def create(
         max_env_steps,
         max_time,
     )
-    if resume and replace:
-        abort("--resume and --replace contradict each other; choose one", 2)
-    if dry_run and local:
-        result(describe_plan(exp, local=local))
+    if dry_run and is_local:
+        result(describe_plan(exp, local=True))
         return
-    if not local:
+    if not is_local:
         run_kube(
             exp,
             kv.target(kubeconfig, context, namespace),
@@ -140,12 +183,17 @@ def create(
             push=push,
             dry_run="client" if dry_run else "server" if dry_run_server else None,
             wait=not (no_wait or detach),
-            timeout=timeout,
+            timeout=wait_seconds,
         )
         return
     run_local(
         exp, root=root, detach=detach, resume=resume, replace=replace, restore_from=restore_from
     )
+
+
+def _where_flags(root: Path | None) -> str:
+    """The flags that find this local experiment again, for the next-step hints."""
+    return f" --root {root}" if root is not None else " --local"
 
 
 def run_local(
@@ -157,46 +205,79 @@ def run_local(
     replace: bool,
     restore_from: Path | None,
 ) -> None:
-    """Start a local experiment in the foreground (live view) or detached."""
+    """Start a local experiment in the foreground (live view) or detached.
+
+    The live view is drawn only on a terminal; in a pipe or a log file the phase changes are
+    printed as whole lines and the final state once, so nothing is cut or joined.
+    """
+    from surreal_kube.cli.local_view import RateMeter, render_state
     from surreal_kube.launch.local import backend
-    from surreal_kube.launch.local.supervisor import supervise
+    from surreal_kube.launch.local.supervisor import budget_note, supervise
 
     exp, folder, ports, elapsed_before = backend.prepare(
         exp, root=root, resume=resume, replace=replace, restore_from=restore_from
     )
     name = exp.metadata.name
+    where = _where_flags(root)
+    info(budget_note(exp, detach=detach))
     if detach:
         pid = backend.start_detached(folder)
         info(f"experiment {name} is running (supervisor pid {pid}); folder {folder.path}")
-        info(f"  surreal-kube status {name}   surreal-kube logs {name} learner -f")
-        info(f"  surreal-kube tb {name}       surreal-kube delete {name}")
+        info(f"  surreal-kube status {name}{where}")
+        info(f"  surreal-kube logs {name} learner -f{where}")
+        info(f"  surreal-kube tb {name}{where}")
+        info(f"  surreal-kube delete {name}{where}")
         result(str(folder.path))
         return
     session = exp.spec.session
     rates = RateMeter()
-    with Live(console=err, refresh_per_second=2, transient=False) as live:
 
-        def tick(sup: object) -> None:
-            live.update(
-                render_state(
-                    sup.state_dict(),  # type: ignore[attr-defined]
-                    max_env_steps=session.max_env_steps,
-                    max_time=session.max_time_seconds,
-                    rates=rates,
-                )
+    def view(sup: Any) -> Any:
+        return render_state(
+            sup.state_dict(),
+            max_env_steps=session.max_env_steps,
+            max_time=session.max_time_seconds,
+            rates=rates,
+        )
+
+    if err.is_terminal:
+        from rich.live import Live
+
+        with Live(console=err.console, refresh_per_second=2, transient=False) as live:
+            sup, picture = supervise(
+                exp,
+                folder,
+                ports,
+                elapsed_before=elapsed_before,
+                tick=lambda s: live.update(view(s)),
             )
+            live.update(view(sup))
+    else:
+        last = [""]
+
+        def tick(sup: Any) -> None:
+            phase = str(sup.phase)
+            if phase != last[0]:
+                info(f"{name}: {phase}")
+                last[0] = phase
 
         sup, picture = supervise(exp, folder, ports, elapsed_before=elapsed_before, tick=tick)
-        tick(sup)
+        err.print(view(sup))
     info(f"{name}: {sup.phase.lower()} ({sup.reason}); results in {folder.results}")
-    info(f"learning curve: {picture}")
-    result(str(picture))
+    if out.is_terminal:
+        result(f"learning curve: {picture}")
+    else:  # stdout is for scripts: the bare path; a person reading stderr sees it labelled
+        if err.is_terminal:
+            info(f"learning curve: {picture}")
+        result(str(picture))
     if sup.phase == "Failed":
         raise typer.Exit(1)
 
 
 def describe_plan(exp: Experiment, *, local: bool) -> str:
     """What `create` would start: the resolved spec, then one line per process."""
+    from surreal_kube.experiment.resolve import dump_yaml, experiment_topology
+
     topo = experiment_topology(exp)
     backend = "local processes" if local else "Kubernetes"
     lines = [dump_yaml(exp).rstrip("\n"), "---", f"# would start on {backend}:"]
@@ -221,19 +302,17 @@ def run_kube(
     timeout: float,
 ) -> None:
     """Create the experiment on the cluster: pre-flight, apply, then a live view until Running."""
+    from surreal_kube.cli.render_cmd import print_objects, rendered_objects
     from surreal_kube.launch.kube import cluster
     from surreal_kube.launch.kube.profile import load_profile
-    from surreal_kube.launch.kube.render import dump_objects, render_experiment
+    from surreal_kube.launch.kube.render import dump_objects
 
     prof = load_profile(profile) if profile is not None else None
     if dry_run == "client":
-        refs = resolve_images(exp, prof, images, build=False, push=False, check=False)
-        pinned = cluster.pin_images(exp, refs)
-        ns = where.namespace or exp.metadata.namespace or "default"
-        objects = render_experiment(pinned, ns, images=refs, profile=prof)
-        result(dump_objects(objects, "yaml"))
+        print_objects(rendered_objects(exp, where.namespace, profile=prof, images=images), None)
         return
-    kube = where.connect()
+    kube = kv.connect(where, exp.metadata.name, creating=True)
+    kube.raw("GET", "/version", what="reach the API server")  # unreachable: say so first
     refs = resolve_images(exp, prof, images, build=build, push=push, check=preflight)
     plan = cluster.plan_create(
         kube, exp, profile=prof, preflight=preflight, images=refs, direct=direct
@@ -251,19 +330,8 @@ def run_kube(
         _next_steps(name, plan.namespace)
         return
     started = time.monotonic()
-    last_line = [""]
     try:
-        with Live(console=err, refresh_per_second=2, transient=False) as live:
-
-            def tick(status: object) -> None:
-                live.update(kv.progress_view(name, status, started))  # type: ignore[arg-type]
-                if not err.is_terminal:  # logs and CI: one line per change
-                    line = f"{status.phase} {status.ready} pods ready"  # type: ignore[attr-defined]
-                    if line != last_line[0]:
-                        info(line)
-                        last_line[0] = line
-
-            status = cluster.wait_running(kube, plan, timeout=timeout, tick=tick)
+        status = _wait_running(kube, plan, name, started, timeout)
     except cluster.RefusedError as exc:
         # the operator refused it (or none runs): leave nothing behind
         found = cluster.find_or_none(kube, name, plan.namespace)
@@ -276,61 +344,34 @@ def run_kube(
     result(name)
 
 
+def _wait_running(kube: Any, plan: Any, name: str, started: float, timeout: float) -> Any:
+    """Wait for Running: a live view on a terminal, one line per change otherwise."""
+    from surreal_kube.launch.kube import cluster
+
+    if err.is_terminal:
+        from rich.live import Live
+
+        with Live(console=err.console, refresh_per_second=2, transient=False) as live:
+            return cluster.wait_running(
+                kube,
+                plan,
+                timeout=timeout,
+                tick=lambda st: live.update(kv.progress_view(name, st, started)),
+            )
+    last = [""]
+
+    def tick(status: Any) -> None:
+        line = f"{name}: {status.phase}, {status.ready} pods ready"
+        if line != last[0]:
+            info(line)
+            last[0] = line
+
+    return cluster.wait_running(kube, plan, timeout=timeout, tick=tick)
+
+
 def _next_steps(name: str, namespace: str) -> None:
     ns = f" -n {namespace}"
-    info(f"  surreal-kube status {name}{ns}   surreal-kube logs {name} learner -f{ns}")
-    info(f"  surreal-kube tb {name}{ns}       surreal-kube delete {name} --wait{ns}")
-
-
-def resolve_images(
-    exp: Experiment,
-    profile: object,
-    chosen: dict[str, str],
-    *,
-    build: bool,
-    push: bool,
-    check: bool,
-) -> dict[str, str]:
-    """Exact image references for the images the experiment runs (pre-flight: they exist).
-
-    `--image key=REF` wins; prebuilt images are used as they are; builds get their content-hash
-    tag, built with --build, else checked in the engine (or the registry with a profile registry)
-    when one is reachable.
-    """
-    from surreal_kube.launch.kube import images as planner
-    from surreal_kube.launch.kube.render import used_image_keys
-
-    keys = [k for k in used_image_keys(exp) if k not in chosen]
-    unknown = sorted(set(chosen) - set(exp.spec.images))
-    if unknown:
-        raise SpecError(
-            f"--image {unknown[0]}=...: no such key in spec.images "
-            f"(keys: {', '.join(sorted(exp.spec.images))})"
-        )
-    registry = getattr(profile, "registry", None)
-    refs = dict(chosen)
-    if not keys:
-        return refs
-    offline = planner.plan_offline(exp, keys=keys, registry=registry)
-    if all(p.status == "prebuilt" for p in offline):
-        return refs | planner.references(offline)
-    if not (build or check):
-        return refs | planner.references(offline)
-    try:
-        client = planner.docker_client()
-    except LaunchError as exc:
-        if build:
-            raise
-        info(f"warning: images not checked ({exc})")
-        return refs | planner.references(offline)
-    plans = planner.plan_images(exp, client=client, keys=keys, registry=registry, push=push)
-    if build:
-        plans = planner.build_images(plans, client, push=push, progress=info)
-    missing = [p for p in plans if p.status == "missing"]
-    if missing:
-        where = "the registry" if push else "the container engine"
-        raise LaunchError(
-            f"image {missing[0].reference} (spec.images.{missing[0].key}) is not in {where}: "
-            f"build it with `surreal-kube build {exp.metadata.name}` or add --build"
-        )
-    return refs | planner.references(plans)
+    info(f"  surreal-kube status {name}{ns}")
+    info(f"  surreal-kube logs {name} learner -f{ns}")
+    info(f"  surreal-kube tb {name}{ns}")
+    info(f"  surreal-kube delete {name} --wait{ns}")

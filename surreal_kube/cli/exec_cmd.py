@@ -15,14 +15,21 @@ from surreal_kube.errors import LaunchError
 def exec_(
     name: so.Name,
     target: Annotated[
-        str, typer.Argument(help="ROLE, ROLE/INDEX or a process name (agents/0, learner).")
+        str,
+        typer.Argument(
+            metavar="PROCESS", help="ROLE, ROLE/INDEX or a process name (agents/0, learner)."
+        ),
     ],
     command: Annotated[
-        list[str], typer.Argument(help="The command and its arguments, after `--`.")
+        list[str],
+        typer.Argument(metavar="-- COMMAND...", help="The command and its arguments, after --."),
     ],
     timeout: Annotated[
-        float, typer.Option("--timeout", help="Seconds the command may run.")
-    ] = 300.0,
+        str,
+        typer.Option(
+            "--timeout", metavar="DURATION", help="How long the command may run (300, 5m)."
+        ),
+    ] = "300",
     kubeconfig: kv.Kubeconfig = None,
     context: kv.Context = None,
     namespace: kv.Namespace = None,
@@ -33,16 +40,17 @@ def exec_(
 
     Examples:
 
+    \b
       surreal-kube exec exp-ppo-ant learner -- ls /experiment/checkpoints
-
       surreal-kube exec exp-ppo-ant agents/3 -n rl -- env
     """
-    from surreal_kube.launch.kube import cluster, pods
+    from surreal_kube.launch.kube import pods
 
-    kube = kv.target(kubeconfig, context, namespace).connect()
-    found = cluster.find(kube, name)
+    seconds = so.parse_duration(timeout, "--timeout") or 0.0
+    kube = kv.connect(kv.target(kubeconfig, context, namespace), name)
+    found = kv.find(kube, name)
     where = pods.find_pod(kube, found.exp, found.namespace, target)
-    done = pods.exec_in(kube, found.namespace, where, command, timeout=timeout)
+    done = pods.exec_in(kube, found.namespace, where, command, timeout=seconds)
     sys.stdout.write(done.stdout)
     sys.stderr.write(done.stderr)
     sys.stdout.flush()

@@ -1,8 +1,10 @@
 """What the verbs share for experiments on a cluster: kubectl-style options, views, dispatch.
 
-A NAME verb works on a local experiment when `--local` (or `--root`) is given or a local
-experiment folder of that name exists; otherwise on the current kube context, as kubectl would
-(`--kubeconfig`, `--context`, `--namespace`).
+One rule says where an experiment lives, for every verb: `--local` (or `--root DIR`) means the
+local experiments of this machine; otherwise the current kube context, as kubectl reads it
+(`--kubeconfig`, `--context`, `--namespace`). Nothing is guessed from what exists where; giving
+both a local and a kube flag is refused. A name that is not found says where it was looked for,
+and points to the other place when the name exists there.
 """
 
 from __future__ import annotations
@@ -13,20 +15,23 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from rich.console import Group
-from rich.table import Table
-from rich.text import Text
 
 from surreal_kube.errors import SpecError
 
 if TYPE_CHECKING:
-    from surreal_kube.launch.kube.cluster import Target
+    from rich.console import Group
+    from rich.table import Table
+    from rich.text import Text
+
+    from surreal_kube.launch.kube.client import Kube
+    from surreal_kube.launch.kube.cluster import Found, Target
     from surreal_kube.launch.kube.status import ExperimentStatus
 
 Kubeconfig = Annotated[
     Path | None,
     typer.Option(
         "--kubeconfig",
+        metavar="FILE",
         help="Kubeconfig file (default: $KUBECONFIG, ~/.kube/config).",
         show_default=False,
     ),
@@ -34,7 +39,10 @@ Kubeconfig = Annotated[
 Context = Annotated[
     str | None,
     typer.Option(
-        "--context", help="Kubeconfig context (default: the current one).", show_default=False
+        "--context",
+        metavar="CONTEXT",
+        help="Kubeconfig context (default: the current one).",
+        show_default=False,
     ),
 ]
 Namespace = Annotated[
@@ -42,6 +50,7 @@ Namespace = Annotated[
     typer.Option(
         "--namespace",
         "-n",
+        metavar="NAMESPACE",
         help="Namespace (default: the context's namespace, else 'default').",
         show_default=False,
     ),
@@ -56,17 +65,32 @@ def target(kubeconfig: Path | None, context: str | None, namespace: str | None) 
     return Target(kubeconfig=kubeconfig, context=context, namespace=namespace)
 
 
-def is_local(name: str | None, local: bool, root: Path | None, *kube_flags: object) -> bool:
-    """The dispatch rule of the module docstring."""
-    if local or root is not None:
-        return True
-    if any(flag is not None for flag in kube_flags):
-        return False
-    if name is None:
-        return False
-    from surreal_kube.launch.local.folder import ExperimentFolder
-
-    return ExperimentFolder.of(name).exists()
+def is_local(
+    name: str | None,
+    local: bool,
+    root: Path | None,
+    kubeconfig: Path | None = None,
+    context: str | None = None,
+    namespace: str | None = None,
+) -> bool:
+    """The rule of the module docstring; SpecError when local and kube flags are mixed."""
+    given = [
+        flag
+        for flag, value in (
+            ("--kubeconfig", kubeconfig),
+            ("--context", context),
+            ("--namespace", namespace),
+        )
+        if value is not None
+    ]
+    chosen = local or root is not None
+    if chosen and given:
+        which = "--local" if local else "--root"
+        raise SpecError(
+            f"{which} and {given[0]} contradict each other: {which} works on this machine's "
+            f"experiments, {given[0]} on a cluster's; drop one"
+        )
+    return chosen
 
 
 def kube_available() -> bool:
@@ -78,6 +102,58 @@ def kube_available() -> bool:
         or Path("~/.kube/config").expanduser().exists()
         or os.environ.get("KUBERNETES_SERVICE_HOST")
     )
+
+
+def _local_twin(name: str | None) -> Path | None:
+    """The folder of a local experiment named `name`, when there is one."""
+    if not name:
+        return None
+    from surreal_kube.launch.local.folder import ExperimentFolder
+
+    folder = ExperimentFolder.of(name)
+    return folder.path.parent if folder.exists() else None
+
+
+def connect(where: Target, name: str | None = None, *, creating: bool = False) -> Kube:
+    """The connection for a kube verb; without any kube context, say so and point to --local."""
+    from surreal_kube.errors import LaunchError
+
+    if where.kubeconfig is None and not kube_available():
+        context = "there is no kube context (no $KUBECONFIG, no ~/.kube/config, not in a pod)"
+        if creating:
+            raise LaunchError(
+                f"cannot create {name!r} on a cluster: {context}; "
+                "to run it on this machine as local processes add --local"
+            )
+        twin = _local_twin(name)
+        hint = (
+            f"a local experiment {name!r} exists under {twin}: add --local"
+            if twin
+            else "for local experiments add --local (or --root DIR)"
+        )
+        what = f"no experiment named {name!r}: " if name else "nothing to list: "
+        raise LaunchError(f"{what}{context}; {hint}")
+    return where.connect()
+
+
+def find(kube: Kube, name: str) -> Found:
+    """The experiment on the cluster; not found names the namespace, context and local twin."""
+    from surreal_kube.errors import LaunchError
+    from surreal_kube.launch.kube import cluster
+
+    found = cluster.find_or_none(kube, name)
+    if found is None:
+        twin = _local_twin(name)
+        hint = (
+            f"a local experiment {name!r} exists under {twin}: add --local"
+            if twin
+            else "see `surreal-kube list`"
+        )
+        raise LaunchError(
+            f"no experiment named {name!r} in namespace {kube.namespace!r} "
+            f"(context {kube.context}); {hint}"
+        )
+    return found
 
 
 _DURATION = re.compile(r"^(\d+)([smhd])$")
@@ -97,11 +173,16 @@ def parse_since(text: str | None) -> int | None:
 
 
 def phase_text(phase: str | None) -> Text:
+    from rich.text import Text
+
     return Text(phase or "-", style=_PHASE_STYLE.get(phase or "", ""))
 
 
 def components_table(status: ExperimentStatus) -> Table:
     """One row per component: ready/desired, restarts, why not ready."""
+    from rich.table import Table
+    from rich.text import Text
+
     table = Table(box=None, pad_edge=False)
     for col in ("COMPONENT", "READY", "RESTARTS", "WAITING FOR"):
         table.add_column(col, no_wrap=col != "WAITING FOR")
@@ -122,6 +203,9 @@ def components_table(status: ExperimentStatus) -> Table:
 
 def progress_view(name: str, status: ExperimentStatus, started: float) -> Group:
     """The live view of `create`: phase, elapsed time, components."""
+    from rich.console import Group
+    from rich.text import Text
+
     head = Text.assemble(
         (f"{name} ", "bold"),
         phase_text(status.phase),
@@ -132,6 +216,8 @@ def progress_view(name: str, status: ExperimentStatus, started: float) -> Group:
 
 def processes_table(status: ExperimentStatus) -> Table:
     """One row per pod: phase, ready, restarts, node, reason."""
+    from rich.table import Table
+
     table = Table(box=None, pad_edge=False)
     for col in ("POD", "PHASE", "READY", "RESTARTS", "NODE", "REASON"):
         table.add_column(col, no_wrap=col != "REASON")
@@ -149,6 +235,9 @@ def processes_table(status: ExperimentStatus) -> Table:
 
 def status_view(name: str, namespace: str, status: ExperimentStatus, via: str) -> Group:
     """`status NAME` on a cluster."""
+    from rich.console import Group
+    from rich.text import Text
+
     lines: list[Any] = [
         Text.assemble(
             (f"{name}", "bold"),

@@ -1,29 +1,25 @@
 """`list`, `status`, `logs`, `tb`, `delete`: managing experiments by name.
 
-Local experiments are found in their folders under the root; experiments on a cluster through
-the current kube context. A NAME verb works on a local experiment when `--local` (or `--root`)
-is given or a local folder of that name exists, otherwise on the cluster (kube_view.is_local).
+Where an experiment lives is one rule for every verb (kube_view.is_local): `--local` or `--root`
+mean the local experiments of this machine, found in their folders under the root; otherwise the
+current kube context. A name not found says where it was looked for.
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
+import difflib
+import sys
 import time
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.table import Table
 
 from surreal_kube.cli import kube_view as kv
 from surreal_kube.cli import spec_options as so
-from surreal_kube.cli.local_view import render_state
-from surreal_kube.cli.output import info, out, result
-from surreal_kube.errors import LaunchError
-from surreal_kube.experiment.resolve import load_experiment_file
-
-Output = Annotated[str, typer.Option("--output", "-o", help="table or json.")]
+from surreal_kube.cli.output import Output, info, names, out, result, structured, table
+from surreal_kube.errors import LaunchError, SpecError
 
 
 def _age(started: float | None) -> str:
@@ -39,62 +35,70 @@ def _age(started: float | None) -> str:
     )
 
 
+def _tidy(value: Any) -> Any:
+    """Machine output without float noise: seconds to 0.1, other floats to 4 significant digits."""
+    if isinstance(value, dict):
+        return {
+            k: round(v, 1)
+            if k in ("elapsed", "started", "finished") and isinstance(v, float)
+            else _tidy(v)
+            for k, v in value.items()
+        }
+    if isinstance(value, list):
+        return [_tidy(v) for v in value]
+    if isinstance(value, float):
+        return float(f"{value:.4g}") if abs(value) < 1e4 else round(value, 1)
+    return value
+
+
 def list_(
+    output: Output = None,
+    local: so.LocalManaged = False,
     root: so.Root = None,
-    output: Output = "table",
-    local: so.Local = False,
     kubeconfig: kv.Kubeconfig = None,
     context: kv.Context = None,
     namespace: kv.Namespace = None,
     all_namespaces: Annotated[
-        bool, typer.Option("--all-namespaces", "-A", help="Cluster: every namespace.")
+        bool, typer.Option("--all-namespaces", "-A", help="Every namespace of the cluster.")
     ] = False,
 ) -> None:
-    """List experiments, local and on the cluster.
+    """List experiments: the local ones with --local, else those on the kube context.
 
     Local: phase, age, env steps, learner iterations, eval return. Cluster: phase, age, agents
-    ready/total, GPUs. With --local or --root only local ones; with a kube flag only the
-    cluster's; else both (the cluster when a kubeconfig exists).
+    ready/total, GPUs, learner iteration.
 
     Examples:
 
-      surreal-kube list
-
-      surreal-kube list -o json
-
+    \b
+      surreal-kube list --local
       surreal-kube list -n rl --context gke
+      surreal-kube list -A -o name
     """
-    kube_flags = (kubeconfig, context, namespace, True if all_namespaces else None)
-    only_local = local or root is not None
-    only_kube = not only_local and any(f is not None for f in kube_flags)
-    kube_rows: list[dict[str, Any]] = []
-    local_rows: list[dict[str, Any]] = []
-    kube_name = ""
-    if not only_local and (only_kube or kv.kube_available()):
-        try:
-            kube_name, kube_rows = _kube_rows(
-                kv.target(kubeconfig, context, namespace), all_namespaces
-            )
-        except LaunchError as exc:
-            if only_kube:
-                raise
-            info(f"cluster: not listed ({exc})")
-    if not only_kube:
-        local_rows = _local_rows(root)
-    if output == "json":
-        result(json.dumps(local_rows + kube_rows, indent=2) + "\n")
+    if kv.is_local(None, local, root, kubeconfig, context, namespace):
+        if all_namespaces:
+            raise SpecError("--all-namespaces is a cluster option; drop it with --local")
+        rows = _local_rows(root)
+        if output == "name":
+            names([r["name"] for r in rows])
+        elif output:
+            structured(rows, output)
+        else:
+            _print_local(rows, root)
         return
-    if not only_kube:
-        _print_local(local_rows)
-    if kube_name:
-        _print_kube(kube_rows, kube_name, all_namespaces)
+    kube = kv.connect(kv.target(kubeconfig, context, namespace))
+    where, rows = _kube_rows(kube, all_namespaces)
+    if output == "name":
+        names([r["name"] for r in rows])
+    elif output:
+        structured(rows, output)
+    else:
+        _print_kube(rows, where, all_namespaces)
 
 
-def _kube_rows(where: kv.Target, all_namespaces: bool) -> tuple[str, list[dict[str, Any]]]:
+def _kube_rows(kube: Any, all_namespaces: bool) -> tuple[str, list[dict[str, Any]]]:
     """(where it looked, one row per experiment on the cluster)."""
     from surreal_kube.launch.kube import cluster
 
-    kube = where.connect()
     rows = []
     for found in cluster.list_found(kube, all_namespaces=all_namespaces):
         st = cluster.status_of(kube, found, capacity="none")
@@ -109,7 +113,7 @@ def _kube_rows(where: kv.Target, all_namespaces: bool) -> tuple[str, list[dict[s
                 "agents": st.agents,
                 "gpus": st.gpus,
                 "learnerIteration": st.learner_iteration,
-                "evalReturn": st.eval_return,
+                "evalReturn": _tidy(st.eval_return),
             }
         )
     label = "every namespace" if all_namespaces else f"namespace {kube.namespace}"
@@ -118,16 +122,14 @@ def _kube_rows(where: kv.Target, all_namespaces: bool) -> tuple[str, list[dict[s
 
 def _print_kube(rows: list[dict[str, Any]], where: str, all_namespaces: bool) -> None:
     if not rows:
-        info(f"no experiments on the cluster in {where}")
+        info(f"no experiments in {where}")
         return
-    table = Table(box=None)
     cols = ["NAME", "PHASE", "AGE", "AGENTS", "GPUS", "ITERATION", "VIA"]
     if all_namespaces:
         cols.insert(0, "NAMESPACE")
-    for col in cols:
-        table.add_column(col, no_wrap=True)
+    cells = []
     for r in rows:
-        cells: list[Any] = [
+        row: list[Any] = [
             r["name"],
             kv.phase_text(r["phase"]),
             r["age"],
@@ -137,9 +139,9 @@ def _print_kube(rows: list[dict[str, Any]], where: str, all_namespaces: bool) ->
             r["via"],
         ]
         if all_namespaces:
-            cells.insert(0, r["namespace"])
-        table.add_row(*cells)
-    out.print(table)
+            row.insert(0, r["namespace"])
+        cells.append(row)
+    table(cols, cells)
 
 
 def _local_rows(root: Path | None) -> list[dict[str, Any]]:
@@ -148,42 +150,45 @@ def _local_rows(root: Path | None) -> list[dict[str, Any]]:
     return [
         {
             "name": e.name,
+            "backend": "local",
             "phase": e.phase,
             "age": _age(e.state.get("started")),
             "envSteps": e.state.get("env_steps", 0),
             "learnerIteration": e.state.get("learner_iteration", 0),
-            "evalReturn": e.state.get("eval_return"),
+            "evalReturn": _tidy(e.state.get("eval_return")),
             "folder": str(e.folder.path),
         }
         for e in backend.list_experiments(root)
     ]
 
 
-def _print_local(rows: list[dict[str, Any]]) -> None:
+def _print_local(rows: list[dict[str, Any]], root: Path | None) -> None:
     if not rows:
-        info("no local experiments")
+        from surreal_kube.launch.local.folder import default_root
+
+        info(f"no local experiments under {(root or default_root()).expanduser()}")
         return
-    table = Table(box=None)
-    for col in ("NAME", "PHASE", "AGE", "ENV STEPS", "ITERATIONS", "EVAL RETURN"):
-        table.add_column(col, no_wrap=True)
+    cells = []
     for r in rows:
         ret = r["evalReturn"]
-        table.add_row(
-            r["name"],
-            r["phase"],
-            r["age"],
-            f"{r['envSteps']:,}",
-            f"{r['learnerIteration']:,}",
-            "-" if ret is None else f"{ret:.1f}",
+        cells.append(
+            [
+                r["name"],
+                r["phase"],
+                r["age"],
+                f"{r['envSteps']:,}",
+                f"{r['learnerIteration']:,}",
+                "-" if ret is None else f"{ret:.1f}",
+            ]
         )
-    out.print(table)
+    table(["NAME", "PHASE", "AGE", "ENV STEPS", "ITERATIONS", "EVAL RETURN"], cells)
 
 
 def status(
     name: so.Name,
+    output: Output = None,
+    local: so.LocalManaged = False,
     root: so.Root = None,
-    output: Output = "table",
-    local: so.Local = False,
     kubeconfig: kv.Kubeconfig = None,
     context: kv.Context = None,
     namespace: kv.Namespace = None,
@@ -195,20 +200,25 @@ def status(
 
     Examples:
 
-      surreal-kube status exp-ppo-ant
-
+    \b
+      surreal-kube status exp-ppo-ant --local
       surreal-kube status exp-ppo-ant -o json -n rl
     """
     if not kv.is_local(name, local, root, kubeconfig, context, namespace):
         _status_kube(name, kv.target(kubeconfig, context, namespace), output)
         return
+    from surreal_kube.cli.local_view import render_state
+    from surreal_kube.experiment.resolve import load_experiment_file
     from surreal_kube.launch.local import backend
 
     exp = backend.find(name, root)
     state = dict(exp.state)
     state["phase"] = exp.phase
-    if output == "json":
-        result(json.dumps(state, indent=2, sort_keys=True) + "\n")
+    if output == "name":
+        names([name])
+        return
+    if output:
+        structured(_tidy(state), output)
         return
     spec = load_experiment_file(exp.folder.config).spec
     out.print(
@@ -218,33 +228,59 @@ def status(
     )
 
 
-def _status_kube(name: str, where: kv.Target, output: str) -> None:
+def _status_kube(name: str, where: kv.Target, output: str | None) -> None:
     from surreal_kube.launch.kube import cluster
 
-    kube = where.connect()
-    found = cluster.find(kube, name)
+    kube = kv.connect(where, name)
+    found = kv.find(kube, name)
     st = cluster.status_of(kube, found)
-    if output == "json":
+    if output == "name":
+        names([name])
+        return
+    if output:
         doc = kv.status_json(st)
         doc["namespace"] = found.namespace
         doc["via"] = "operator" if found.via_operator else "direct"
-        result(json.dumps(doc, indent=2, sort_keys=True) + "\n")
+        structured(_tidy(doc), output)
         return
     via = "Experiment object, operator" if found.via_operator else "applied directly"
     out.print(kv.status_view(name, found.namespace, st, via))
 
 
+def _did_you_mean(exc: SpecError, target: str, exp: Any) -> SpecError:
+    """`no process 'lerner' ...` gains `did you mean 'learner'?` when one name is close."""
+    from surreal_kube.experiment.resolve import experiment_topology
+
+    topo = experiment_topology(exp)
+    role = target.partition("/")[0]
+    choices = sorted(
+        {p.name for p in topo.processes}
+        | {p.role for p in topo.processes}
+        | {p.group for p in topo.processes}
+    )
+    close = difflib.get_close_matches(role, choices, n=1, cutoff=0.6)
+    if not close:
+        return exc
+    rest = target[len(role) :]
+    return SpecError(
+        f"no process {target!r} in {exp.metadata.name}; did you mean {close[0] + rest!r}?"
+    )
+
+
 def logs(
     name: so.Name,
     target: Annotated[
-        str, typer.Argument(help="ROLE, ROLE/INDEX or a process name (agents/0, learner).")
+        str,
+        typer.Argument(
+            metavar="PROCESS", help="ROLE, ROLE/INDEX or a process name (agents/0, learner)."
+        ),
     ],
-    root: so.Root = None,
     follow: Annotated[
         bool, typer.Option("--follow", "-f", help="Keep printing new lines.")
     ] = False,
     tail: Annotated[
-        int | None, typer.Option("--tail", help="Only the last N lines.", show_default=False)
+        int | None,
+        typer.Option("--tail", metavar="N", help="Only the last N lines.", show_default=False),
     ] = None,
     previous: Annotated[
         bool,
@@ -253,10 +289,14 @@ def logs(
     since: Annotated[
         str | None,
         typer.Option(
-            "--since", help="Cluster: only lines newer than 30s, 5m, 2h ...", show_default=False
+            "--since",
+            metavar="DURATION",
+            help="Cluster: only lines newer than 30s, 5m, 2h ...",
+            show_default=False,
         ),
     ] = None,
-    local: so.Local = False,
+    local: so.LocalManaged = False,
+    root: so.Root = None,
     kubeconfig: kv.Kubeconfig = None,
     context: kv.Context = None,
     namespace: kv.Namespace = None,
@@ -265,33 +305,40 @@ def logs(
 
     Examples:
 
-      surreal-kube logs exp-ppo-ant learner -f
-
-      surreal-kube logs exp-ppo-ant agents/1 --tail 50
-
+    \b
+      surreal-kube logs exp-ppo-ant learner -f --local
+      surreal-kube logs exp-ppo-ant agents/1 --tail 50 --local
       surreal-kube logs exp-ppo-ant learner --previous --since 10m -n rl
     """
     if not kv.is_local(name, local, root, kubeconfig, context, namespace):
-        from surreal_kube.launch.kube import cluster, pods
+        from surreal_kube.launch.kube import pods
 
-        kube = kv.target(kubeconfig, context, namespace).connect()
-        found = cluster.find(kube, name)
-        where = pods.find_pod(kube, found.exp, found.namespace, target)
+        since_seconds = kv.parse_since(since)
+        kube = kv.connect(kv.target(kubeconfig, context, namespace), name)
+        found = kv.find(kube, name)
+        try:
+            where = pods.find_pod(kube, found.exp, found.namespace, target)
+        except SpecError as exc:
+            raise _did_you_mean(exc, target, found.exp) from exc
         for line in pods.logs(
             kube,
             found.namespace,
             where,
             follow=follow,
             previous=previous,
-            since_seconds=kv.parse_since(since),
+            since_seconds=since_seconds,
             tail=tail,
         ):
             typer.echo(line.decode("utf-8", "replace"), nl=False)
         return
+    from surreal_kube.experiment.resolve import load_experiment_file
     from surreal_kube.launch.local import backend
 
     exp = backend.find(name, root)
-    path = backend.log_file(exp, target)
+    try:
+        path = backend.log_file(exp, target)
+    except SpecError as exc:
+        raise _did_you_mean(exc, target, load_experiment_file(exp.folder.config)) from exc
     with path.open("r", errors="replace") as f:
         lines = f.readlines()
         for line in lines[-tail:] if tail else lines:
@@ -308,24 +355,27 @@ def logs(
 
 def tb(
     name: so.Name,
-    root: so.Root = None,
     port: Annotated[
-        int | None, typer.Option("--port", help="Local port.", show_default=False)
+        int | None,
+        typer.Option("--port", metavar="PORT", help="Local port.", show_default=False),
     ] = None,
-    local: so.Local = False,
+    local: so.LocalManaged = False,
+    root: so.Root = None,
     kubeconfig: kv.Kubeconfig = None,
     context: kv.Context = None,
     namespace: kv.Namespace = None,
 ) -> None:
     """Find or start the experiment's TensorBoard and print its URL.
 
-    On a cluster: port-forward through the API server to the experiment's TensorBoard pod,
-    print the local URL and keep forwarding until Ctrl-C or SIGTERM (both exit 0).
+    Local: the running experiment's TensorBoard, else one started on its folder (it keeps
+    running; `delete` stops it). On a cluster: port-forward through the API server to the
+    experiment's TensorBoard pod, print the local URL and keep forwarding until Ctrl-C or SIGTERM
+    (both exit 0).
 
     Examples:
 
-      surreal-kube tb exp-ppo-ant
-
+    \b
+      surreal-kube tb exp-ppo-ant --local
       surreal-kube tb exp-ppo-ant --port 6006 -n rl
     """
     if not kv.is_local(name, local, root, kubeconfig, context, namespace):
@@ -338,11 +388,11 @@ def tb(
 
 def _tb_kube(name: str, where: kv.Target, port: int | None) -> None:
     from surreal_kube.experiment.topology import ENDPOINTS
-    from surreal_kube.launch.kube import cluster, pods
+    from surreal_kube.launch.kube import pods
     from surreal_kube.launch.kube.portforward import Forwarder
 
-    kube = where.connect()
-    found = cluster.find(kube, name)
+    kube = kv.connect(where, name)
+    found = kv.find(kube, name)
     pod = pods.find_pod(kube, found.exp, found.namespace, "tensorboard")
     remote = ENDPOINTS["tensorboard"].port
     with Forwarder(kube, found.namespace, pod.pod, remote, local_port=port or 0) as fwd:
@@ -354,47 +404,87 @@ def _tb_kube(name: str, where: kv.Target, port: int | None) -> None:
 
 def delete(
     name: so.Name,
-    root: so.Root = None,
+    yes: Annotated[
+        bool,
+        typer.Option(
+            "--yes",
+            "-y",
+            help="Local: delete results and checkpoints without asking (needed when stdin is "
+            "not a terminal).",
+        ),
+    ] = False,
     keep_files: Annotated[
-        bool, typer.Option("--keep-files", help="Stop it but keep its folder.")
+        bool,
+        typer.Option("--keep-files", help="Local: stop it but keep its folder (no question)."),
     ] = False,
     wait: Annotated[
         bool, typer.Option("--wait", help="Cluster: return once every object is gone.")
     ] = False,
     timeout: Annotated[
-        float, typer.Option("--timeout", help="Cluster: seconds --wait waits.")
-    ] = 180.0,
-    local: so.Local = False,
+        str,
+        typer.Option(
+            "--timeout", metavar="DURATION", help="Cluster: how long --wait waits (180, 3m, 1h)."
+        ),
+    ] = "180",
+    local: so.LocalManaged = False,
+    root: so.Root = None,
     kubeconfig: kv.Kubeconfig = None,
     context: kv.Context = None,
     namespace: kv.Namespace = None,
 ) -> None:
     """Stop an experiment and remove everything it created.
 
-    On a cluster one delete of the root object removes everything it owns.
+    Local: the experiment's folder goes too, with its results, checkpoints and learning curve, so
+    delete asks first on a terminal; without a terminal it refuses (exit 2) unless --yes is
+    given, or keeps the files with --keep-files. On a cluster, like kubectl delete, it does not
+    ask: one delete of the root object removes everything it owns.
 
     Examples:
 
-      surreal-kube delete exp-ppo-ant
-
-      surreal-kube delete exp-ppo-ant --keep-files
-
+    \b
+      surreal-kube delete exp-ppo-ant --local
+      surreal-kube delete exp-ppo-ant --local --yes
+      surreal-kube delete exp-ppo-ant --local --keep-files
       surreal-kube delete exp-ppo-ant --wait -n rl
     """
+    seconds = so.parse_duration(timeout, "--timeout") or 0.0
     if not kv.is_local(name, local, root, kubeconfig, context, namespace):
         from surreal_kube.launch.kube import cluster
 
-        kube = kv.target(kubeconfig, context, namespace).connect()
-        found = cluster.find(kube, name)
-        left = cluster.delete(kube, found, wait=wait, timeout=timeout)
+        kube = kv.connect(kv.target(kubeconfig, context, namespace), name)
+        found = kv.find(kube, name)
+        if wait:
+            info(f"deleting {name} from namespace {found.namespace}; waiting for its objects...")
+        left = cluster.delete(kube, found, wait=wait, timeout=seconds)
         if left:
             raise LaunchError(
-                f"{name}: {len(left)} objects still there after {timeout:.0f}s: "
+                f"{name}: {len(left)} objects still there after {seconds:.0f}s: "
                 + ", ".join(left[:5])
             )
         info(f"deleted {name} from namespace {found.namespace}" + (" (all gone)" if wait else ""))
         return
     from surreal_kube.launch.local import backend
 
-    exp = backend.delete(name, root, keep_files=keep_files)
+    exp = backend.find(name, root)
+    if not keep_files and not yes:
+        _confirm_local_delete(exp)
+    backend.delete(name, root, keep_files=keep_files, progress=info)
     info(f"deleted {name}" + (f" (files kept in {exp.folder.path})" if keep_files else ""))
+
+
+def _confirm_local_delete(exp: Any) -> None:
+    """Ask before the results go; without a terminal to ask on, refuse (a careful default)."""
+    from surreal_kube.launch.local import backend
+
+    lost = backend.results_of(exp)
+    if not lost:
+        return  # nothing a person would miss: no results, checkpoints or events yet
+    what = f"{exp.name}{' (running)' if exp.running else ''} and {lost} in {exp.folder.path}"
+    if not (sys.stdin.isatty() and sys.stderr.isatty()):
+        raise SpecError(
+            f"delete would remove {what}; stdin is not a terminal, so nothing was asked: "
+            "confirm with --yes, or stop it and keep the files with --keep-files"
+        )
+    if not typer.confirm(f"Delete {what}?", default=False, err=True):
+        info("nothing deleted")
+        raise typer.Exit(1)

@@ -1,16 +1,23 @@
 """The root `surreal-kube` app and its error boundary.
 
 Errors are converted here, once: a SurrealKubeError becomes one line and its exit code (2 for bad
-input, 1 for a failed operation); anything unexpected becomes one line too, with the traceback only
-when SURREAL_KUBE_DEBUG is set.
+input, 1 for a failed operation); a usage error (unknown option, missing argument) becomes one
+line and exit 2; anything unexpected becomes one line too, with the traceback only when
+SURREAL_KUBE_DEBUG is set.
+
+Start-up is kept light (`--help` in well under half a second): the verbs' modules import only
+typer, rich and the error classes at module level; the spec models, the Kubernetes client,
+torch and ZeroMQ are imported inside the functions that need them.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import signal
 import sys
 from types import FrameType
+from typing import Annotated
 
 import typer
 
@@ -24,17 +31,54 @@ from surreal_kube.cli import (
     scale_cmd,
     topology_cmd,
 )
+from surreal_kube.cli.help_format import install as install_help_format
 from surreal_kube.cli.output import err
-from surreal_kube.errors import SurrealKubeError
+from surreal_kube.errors import SpecError, SurrealKubeError
+
+PROG = "surreal-kube"
+install_help_format()
 
 app = typer.Typer(
-    name="surreal-kube",
-    help="Run distributed reinforcement-learning experiments as local processes or as pods.",
+    name=PROG,
+    help="Run distributed reinforcement-learning experiments as local processes or as pods.\n\n"
+    "Where an experiment lives: --local (or --root DIR) means the local experiments on this "
+    "machine, for every verb; without them a verb works on the current kube context "
+    "(--kubeconfig, --context, --namespace as kubectl reads them).",
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
-    context_settings={"help_option_names": ["-h", "--help"]},
+    rich_markup_mode=None,
+    context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 160},
 )
+
+
+def _version(value: bool) -> None:
+    if value:
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            number = version("surreal-kube")
+        except PackageNotFoundError:  # running from a source tree that was never installed
+            number = "unknown"
+        typer.echo(f"{PROG} {number}")
+        raise typer.Exit(0)
+
+
+@app.callback()
+def _root(
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version",
+            help="Print the version and exit.",
+            callback=_version,
+            is_eager=True,
+        ),
+    ] = False,
+) -> None:
+    """The root callback exists for --version only; the app's help is typer.Typer's above."""
+
+
 app.command()(create.create)
 app.command()(config_cmd.config)
 app.command()(topology_cmd.topology)
@@ -57,6 +101,49 @@ def _terminate(signum: int, frame: FrameType | None) -> None:
     raise Terminated
 
 
+def _error(message: str) -> None:
+    err.print(f"[bold red]error:[/] {message}", markup=True, highlight=False)
+
+
+def _usage_message(exc: Exception) -> str:
+    """A click usage error as one line: its message and where to read the verb's help."""
+    from typer._click.exceptions import UsageError
+
+    text = exc.format_message() if hasattr(exc, "format_message") else str(exc)
+    text = " ".join(text.split())
+    text = re.sub(r" \(Possible options: ([^)]*)\)", r"; did you mean \1?", text)
+    text = re.sub(r"Input should be a valid integer.*", "must be an integer", text)
+    text = re.sub(r"Input should be a valid number.*", "must be a number", text)
+    if text[:1].isupper() and not text[1:2].isupper():
+        text = text[0].lower() + text[1:]
+    ctx = getattr(exc, "ctx", None) if isinstance(exc, UsageError) else None
+    verb = ctx.command_path if ctx is not None else PROG
+    return f"{text.rstrip('.')} (see '{verb} --help')"
+
+
+_DRY_RUN = {"client": ["--dry-run"], "server": ["--dry-run-server"], "none": []}
+
+
+def kubectl_habits(argv: list[str]) -> list[str]:
+    """Accept `--dry-run=client|server|none` as kubectl users type it.
+
+    Bare `--dry-run` stays the client-side dry run and `--dry-run-server` the server-side one;
+    anything after `--` (the command of `exec`) is left alone.
+    """
+    args: list[str] = []
+    for i, arg in enumerate(argv):
+        if arg == "--":
+            return args + argv[i:]
+        if arg.startswith("--dry-run="):
+            value = arg.partition("=")[2]
+            if value not in _DRY_RUN:
+                raise SpecError(f"--dry-run={value}: unknown mode; valid: client, server, none")
+            args.extend(_DRY_RUN[value])
+        else:
+            args.append(arg)
+    return args
+
+
 def run(argv: list[str] | None = None) -> None:
     """Console-script entry point.
 
@@ -64,25 +151,41 @@ def run(argv: list[str] | None = None) -> None:
     non-interactive shell inherits SIGINT as ignored (and Python keeps it so), so SIGTERM is the
     one stop signal a long-running verb (`tb`, `logs -f`) can always be given.
     """
+    from typer import Abort
+    from typer._click.exceptions import ClickException, NoArgsIsHelpError
+
     signal.signal(signal.SIGTERM, _terminate)
     try:
-        app(args=argv, standalone_mode=True)
+        args = kubectl_habits(sys.argv[1:] if argv is None else list(argv))
+        code = app(args=args, prog_name=PROG, standalone_mode=False)
     except SurrealKubeError as exc:
-        err.print(f"[bold red]error:[/] {exc}", markup=True, highlight=False)
+        _error(str(exc))
         sys.exit(exc.exit_code)
-    except KeyboardInterrupt as exc:
+    except NoArgsIsHelpError as exc:  # `surreal-kube` alone: its help, like kubectl
+        typer.echo(exc.ctx.get_help() if exc.ctx is not None else str(exc))
+        sys.exit(0)
+    except ClickException as exc:
+        _error(_usage_message(exc))
+        sys.exit(exc.exit_code)
+    except (KeyboardInterrupt, Abort) as exc:
         err.print("terminated" if isinstance(exc, Terminated) else "interrupted")
         sys.exit(128 + (signal.SIGTERM if isinstance(exc, Terminated) else signal.SIGINT))
+    except BrokenPipeError:  # `surreal-kube list | head -1`
+        sys.stderr.close()
+        sys.exit(0)
     except Exception as exc:  # the one place unexpected errors are caught
         if os.environ.get("SURREAL_KUBE_DEBUG"):
             raise
-        err.print(
-            f"[bold red]error:[/] unexpected {type(exc).__name__}: {exc} "
-            "(set SURREAL_KUBE_DEBUG=1 for the traceback)",
-            markup=True,
-            highlight=False,
+        if type(exc).__module__.startswith("urllib3"):  # a client call outside kube.client's
+            from surreal_kube.launch.kube.client import unreachable_error
+
+            _error(str(unreachable_error(exc)))
+            sys.exit(1)
+        _error(
+            f"unexpected {type(exc).__name__}: {exc} (set SURREAL_KUBE_DEBUG=1 for the traceback)"
         )
         sys.exit(1)
+    sys.exit(code if isinstance(code, int) else 0)
 
 
 if __name__ == "__main__":

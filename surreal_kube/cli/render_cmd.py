@@ -8,7 +8,7 @@ from typing import Annotated, Any
 import typer
 
 from surreal_kube.cli import spec_options as so
-from surreal_kube.cli.output import result
+from surreal_kube.cli.output import Output, info, names, result
 from surreal_kube.errors import LaunchError, SpecError
 
 Namespace = Annotated[
@@ -16,6 +16,7 @@ Namespace = Annotated[
     typer.Option(
         "--namespace",
         "-n",
+        metavar="NAMESPACE",
         help="Namespace of the objects (default: metadata.namespace, else 'default').",
         show_default=False,
     ),
@@ -24,6 +25,7 @@ Profile = Annotated[
     Path | None,
     typer.Option(
         "--profile",
+        metavar="FILE",
         help="Cluster profile (YAML: node pools, registry, experiment volume); placement is "
         "checked against its pools.",
         show_default=False,
@@ -33,6 +35,7 @@ Images = Annotated[
     list[str] | None,
     typer.Option(
         "--image",
+        metavar="KEY=REF",
         help="Use this exact image for a key of spec.images: cpu=REF or gpu=REF (repeatable).",
         show_default=False,
     ),
@@ -49,7 +52,12 @@ Discover = Annotated[
 ]
 Context = Annotated[
     str | None,
-    typer.Option("--context", help="kubeconfig context for --discover.", show_default=False),
+    typer.Option(
+        "--context",
+        metavar="CONTEXT",
+        help="Kubeconfig context for --discover.",
+        show_default=False,
+    ),
 ]
 
 
@@ -92,8 +100,10 @@ def render(
     num_agents: so.NumAgents = None,
     num_evals: so.NumEvals = None,
     agent_batch: so.AgentBatch = None,
+    max_env_steps: so.MaxEnvSteps = None,
+    max_time: so.MaxTime = None,
     sets: so.Sets = None,
-    output: Annotated[str, typer.Option("--output", "-o", help="yaml or json.")] = "yaml",
+    output: Output = None,
     namespace: Namespace = None,
     profile: Profile = None,
     discover: Discover = False,
@@ -102,35 +112,123 @@ def render(
 ) -> None:
     """Print the experiment's Kubernetes objects (ConfigMap, volume, Services, workloads).
 
-    Built images get content-hash tags computed from the Dockerfiles under the current folder.
-
-    The ConfigMap is the root: ownerReferences need its uid, so `create` sets them on apply.
+    Touches no cluster (unless --discover). Built images get content-hash tags computed from the
+    Dockerfiles under the current folder, and the spec in the ConfigMap names the exact images,
+    as `create` applies it. The ConfigMap is the root: ownerReferences need its uid, so `create`
+    sets them on apply. Output is YAML unless -o says otherwise; -o name lists kind/name.
 
     Examples:
 
+    \b
       surreal-kube render exp-ppo-ant --num-agents 8 --agent-batch 4 -n rl
-
       surreal-kube render exp-ppo-ant --profile gke.yaml -o json
-
       surreal-kube render exp-ppo-ant --discover --set resources.learner.gpu=1
+      surreal-kube config exp-ppo-ant -o yaml | surreal-kube render exp-ppo-ant -f -
     """
-    if output not in ("yaml", "json"):
-        raise typer.BadParameter(f"must be yaml or json, got {output!r}", param_hint="--output")
-    from surreal_kube.launch.kube.render import dump_objects, render_experiment
-
-    exp = so.resolve_from_cli(name, files, algorithm, env, num_agents, num_evals, agent_batch, sets)
-    cluster = cluster_profile(profile, discover, context)
+    exp = so.resolve_from_cli(
+        name,
+        files,
+        algorithm,
+        env,
+        num_agents,
+        num_evals,
+        agent_batch,
+        sets,
+        max_env_steps,
+        max_time,
+    )
     chosen = parse_images(images)
+    cluster = cluster_profile(profile, discover, context)
+    objects = rendered_objects(exp, namespace, profile=cluster, images=chosen)
+    print_objects(objects, output)
+
+
+def print_objects(objects: list[dict[str, Any]], output: str | None) -> None:
+    """Objects as YAML (the default), JSON or kind/name lines."""
+    from surreal_kube.launch.kube.render import dump_objects
+
+    if output == "name":
+        names([_kind_name(o) for o in objects])
+        return
+    result(dump_objects(objects, output or "yaml"))
+
+
+def _kind_name(obj: dict[str, Any]) -> str:
+    """kubectl's -o name: `configmap/exp`, `statefulset.apps/exp-agents`."""
+    group = str(obj.get("apiVersion", "")).rpartition("/")[0]
+    kind = str(obj.get("kind", "")).lower()
+    return f"{kind}{'.' + group if group else ''}/{obj.get('metadata', {}).get('name', '')}"
+
+
+def rendered_objects(
+    exp: Any,
+    namespace: str | None,
+    *,
+    profile: Any,
+    images: dict[str, str],
+) -> list[dict[str, Any]]:
+    """The objects `create` would apply, without a cluster: images pinned in the spec too.
+
+    `render` and `create --dry-run=client` both print this, so they never differ.
+    """
+    from surreal_kube.launch.kube import cluster as kube_cluster
+    from surreal_kube.launch.kube.render import render_experiment
+
+    refs = resolve_images(exp, profile, images, build=False, push=False, check=False)
+    pinned = kube_cluster.pin_images(exp, refs)
+    ns = namespace or exp.metadata.namespace or "default"
+    return render_experiment(pinned, ns, images=refs, profile=profile)
+
+
+def resolve_images(
+    exp: Any,
+    profile: object,
+    chosen: dict[str, str],
+    *,
+    build: bool,
+    push: bool,
+    check: bool,
+) -> dict[str, str]:
+    """Exact image references for the images the experiment runs (pre-flight: they exist).
+
+    `--image key=REF` wins; prebuilt images are used as they are; builds get their content-hash
+    tag, built with --build, else checked in the engine (or the registry with a profile registry)
+    when one is reachable.
+    """
+    from surreal_kube.launch.kube import images as planner
+    from surreal_kube.launch.kube.render import used_image_keys
+
+    keys = [k for k in used_image_keys(exp) if k not in chosen]
     unknown = sorted(set(chosen) - set(exp.spec.images))
     if unknown:
         raise SpecError(
             f"--image {unknown[0]}=...: no such key in spec.images "
             f"(keys: {', '.join(sorted(exp.spec.images))})"
         )
-    objects = render_experiment(
-        exp,
-        namespace or exp.metadata.namespace or "default",
-        images=chosen,
-        profile=cluster,
-    )
-    result(dump_objects(objects, output))
+    registry = getattr(profile, "registry", None)
+    refs = dict(chosen)
+    if not keys:
+        return refs
+    offline = planner.plan_offline(exp, keys=keys, registry=registry)
+    if all(p.status == "prebuilt" for p in offline):
+        return refs | planner.references(offline)
+    if not (build or check):
+        return refs | planner.references(offline)
+    try:
+        client = planner.docker_client()
+    except LaunchError as exc:
+        if build:
+            raise
+        info(f"warning: images not checked ({exc})")
+        return refs | planner.references(offline)
+    plans = planner.plan_images(exp, client=client, keys=keys, registry=registry, push=push)
+    if build:
+        plans = planner.build_images(plans, client, push=push, progress=info)
+    missing = [p for p in plans if p.status == "missing"]
+    if missing:
+        where = "the registry" if push else "the container engine"
+        raise LaunchError(
+            f"image {missing[0].reference} (spec.images.{missing[0].key}) is not in {where}: "
+            f"build it with `surreal-kube build {exp.metadata.name}` or add --build"
+        )
+    return refs | planner.references(plans)

@@ -10,17 +10,24 @@ from surreal_kube.cli import kube_view as kv
 from surreal_kube.cli import spec_options as so
 from surreal_kube.cli.output import info, result
 from surreal_kube.cli.render_cmd import Profile
+from surreal_kube.errors import SpecError
 
 
 def scale(
     name: so.Name,
     agents: Annotated[
-        int, typer.Option("--agents", help="The new number of agents (a multiple of agents.batch).")
+        int,
+        typer.Option(
+            "--agents", metavar="N", help="The new number of agents (a multiple of agents.batch)."
+        ),
     ],
     wait: Annotated[
         bool, typer.Option("--wait", help="Return once the agent pods are running.")
     ] = False,
-    timeout: Annotated[float, typer.Option("--timeout", help="Seconds --wait waits.")] = 300.0,
+    timeout: Annotated[
+        str,
+        typer.Option("--timeout", metavar="DURATION", help="How long --wait waits (300, 5m)."),
+    ] = "300",
     profile: Profile = None,
     kubeconfig: kv.Kubeconfig = None,
     context: kv.Context = None,
@@ -35,21 +42,24 @@ def scale(
 
     Examples:
 
+    \b
       surreal-kube scale exp-ppo-ant --agents 16
-
       surreal-kube scale exp-ppo-ant --agents 4 --wait -n rl
     """
     from surreal_kube.launch.kube import cluster
     from surreal_kube.launch.kube.profile import load_profile
 
-    kube = kv.target(kubeconfig, context, namespace).connect()
-    found = cluster.find(kube, name)
+    if agents < 1:  # bad input is refused before any kubeconfig is read
+        raise SpecError(f"--agents: must be >= 1, got {agents}")
+    seconds = so.parse_duration(timeout, "--timeout") or 0.0
+    kube = kv.connect(kv.target(kubeconfig, context, namespace), name)
+    found = kv.find(kube, name)
     prof = load_profile(profile) if profile is not None else None
     before = found.exp.spec.agents.count
     new = cluster.scale(kube, found, agents, profile=prof, progress=info)
     info(f"{name}: agents {before} -> {agents}")
     if wait:
         found.exp = new
-        st = cluster.wait_running(kube, found, timeout=timeout)
+        st = cluster.wait_running(kube, found, timeout=seconds)
         info(f"{name}: {st.agents} agents ready")
     result(name)

@@ -2,15 +2,10 @@
 
 from __future__ import annotations
 
-import json
-from typing import Annotated
-
-import typer
-from rich.table import Table
+from typing import Any
 
 from surreal_kube.cli import spec_options as so
-from surreal_kube.cli.output import out, result
-from surreal_kube.experiment.resolve import experiment_topology
+from surreal_kube.cli.output import Output, info, names, structured, table
 
 
 def topology(
@@ -21,23 +16,42 @@ def topology(
     num_agents: so.NumAgents = None,
     num_evals: so.NumEvals = None,
     agent_batch: so.AgentBatch = None,
+    max_env_steps: so.MaxEnvSteps = None,
+    max_time: so.MaxTime = None,
     sets: so.Sets = None,
-    output: Annotated[str, typer.Option("--output", "-o", help="table or json.")] = "table",
+    output: Output = None,
 ) -> None:
     """Show every process of the experiment: its group, role, agent ids, binds and connects.
 
+    In a pipe the table is plain columns, one process per line, never wrapped.
+
     Examples:
 
+    \b
       surreal-kube topology exp-ppo-ant --num-agents 8 --agent-batch 4
-
-      surreal-kube topology exp-ppo-ant -o json
+      surreal-kube topology exp-ppo-ant -o yaml
+      surreal-kube topology exp-ppo-ant -o name | grep agents
     """
-    if output not in ("table", "json"):
-        raise typer.BadParameter(f"must be table or json, got {output!r}", param_hint="--output")
-    exp = so.resolve_from_cli(name, files, algorithm, env, num_agents, num_evals, agent_batch, sets)
+    from surreal_kube.experiment.resolve import experiment_topology
+
+    exp = so.resolve_from_cli(
+        name,
+        files,
+        algorithm,
+        env,
+        num_agents,
+        num_evals,
+        agent_batch,
+        sets,
+        max_env_steps,
+        max_time,
+    )
     topo = experiment_topology(exp)
-    if output == "json":
-        rows = [
+    if output == "name":
+        names([p.name for p in topo.processes])
+        return
+    if output:
+        rows: list[dict[str, Any]] = [
             {
                 "process": p.name,
                 "group": p.group,
@@ -49,17 +63,24 @@ def topology(
             }
             for p in topo.processes
         ]
-        result(json.dumps(rows, indent=2) + "\n")
+        structured(rows, output)
         return
-    table = Table(title=f"topology of {exp.metadata.name}")
-    for col in ("process", "group", "role", "agents"):
-        table.add_column(col, no_wrap=True)
-    for col in ("binds", "connects"):
-        table.add_column(col, overflow="fold")
-    for p in topo.processes:
-        ids = _ranges(p.agent_ids)
-        table.add_row(p.name, p.group, p.role, ids, ", ".join(p.binds), ", ".join(p.connects))
-    out.print(table)
+    info(f"topology of {exp.metadata.name}: {len(topo.processes)} processes")
+    table(
+        ["PROCESS", "GROUP", "ROLE", "AGENTS", "BINDS", "CONNECTS"],
+        [
+            [
+                p.name,
+                p.group,
+                p.role,
+                _ranges(p.agent_ids) or "-",
+                ",".join(p.binds) or "-",
+                ",".join(p.connects) or "-",
+            ]
+            for p in topo.processes
+        ],
+        wrap=("BINDS", "CONNECTS"),
+    )
 
 
 def _ranges(ids: tuple[int, ...]) -> str:

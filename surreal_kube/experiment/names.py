@@ -56,16 +56,17 @@ def validate_name(name: str, derived: Iterable[tuple[str, str]] = ()) -> str:
 
     `derived` lists (suffix, what) pairs: the name of each derived object is `name + suffix`.
     """
+    longest = max(derived, key=lambda pair: len(pair[0]), default=None)
+    room = MAX_LENGTH - len(longest[0]) if longest is not None else MAX_LENGTH
     problem = label_problem(name)
     if problem:
+        # the suggestion must pass every check, the derived names' limit included
         raise InvalidNameError(
             f"invalid experiment name {name!r}: a DNS-1035 label {problem}; "
-            f"try {suggest_name(name)!r}"
+            f"try {suggest_name(name, room)!r}"
         )
-    longest = max(derived, key=lambda pair: len(pair[0]), default=None)
     if longest is not None and len(name) + len(longest[0]) > MAX_LENGTH:
         suffix, what = longest
-        room = MAX_LENGTH - len(suffix)
         raise InvalidNameError(
             f"experiment name {name!r} is too long for this experiment: {what} "
             f"{name + suffix!r} would be {len(name) + len(suffix)} characters "

@@ -97,6 +97,75 @@ def error_from_response(status: int, body: bytes | str | None, what: str) -> Kub
     return cls(f"{what}: {message}", status=status, reason=reason)
 
 
+def is_transport_error(exc: BaseException) -> bool:
+    """True for a failure to reach the server (urllib3, ssl, socket), not an answer from it."""
+    return type(exc).__module__.startswith(("urllib3", "ssl", "socket")) or isinstance(
+        exc, OSError
+    )
+
+
+def unreachable_error(exc: BaseException, server: str | None = None) -> UnreachableError:
+    """One kubectl-like line for a server that did not answer, whatever the transport raised.
+
+    kubectl's words, because that is what its users search for: "The connection to the server
+    HOST:PORT was refused - did you specify the right host or port?" for a refused connection,
+    "Unable to connect to the server: ..." with the one cause that matters otherwise. Never
+    urllib3's retry dump.
+    """
+    import socket
+    import ssl
+    from urllib.parse import urlsplit
+
+    address = _address(exc, server)
+    causes: list[BaseException] = []
+    seen: BaseException | None = exc
+    while seen is not None and len(causes) < 10:
+        causes.append(seen)
+        reason = getattr(seen, "reason", None)
+        seen = reason if isinstance(reason, BaseException) else (seen.__cause__ or seen.__context__)
+    names = {type(c).__name__ for c in causes}
+    if any(isinstance(c, ConnectionRefusedError) for c in causes):
+        return UnreachableError(
+            f"The connection to the server {address} was refused - "
+            "did you specify the right host or port?"
+        )
+    host = urlsplit(server).hostname if server and "://" in server else address.split(":")[0]
+    if "NameResolutionError" in names or any(isinstance(c, socket.gaierror) for c in causes):
+        return UnreachableError(
+            f"Unable to connect to the server: dial tcp: lookup {host}: no such host"
+        )
+    if any(isinstance(c, ssl.SSLError) for c in causes) or "SSLError" in names:
+        tls = next(
+            c for c in causes if isinstance(c, ssl.SSLError) or type(c).__name__ == "SSLError"
+        )
+        detail = getattr(tls, "reason", None) or str(tls)
+        return UnreachableError(f"Unable to connect to the server {address}: TLS: {detail}")
+    if names & {"ConnectTimeoutError", "ReadTimeoutError", "TimeoutError"} or any(
+        isinstance(c, TimeoutError) for c in causes
+    ):
+        return UnreachableError(f"Unable to connect to the server: dial tcp {address}: i/o timeout")
+    last = causes[-1]
+    detail = getattr(last, "strerror", None) or str(last).split(": ")[-1] or type(last).__name__
+    return UnreachableError(f"Unable to connect to the server {address}: {detail}")
+
+
+def _address(exc: BaseException, server: str | None) -> str:
+    """`host:port` of the server: from urllib3's pool when it says, else the configured URL."""
+    from urllib.parse import urlsplit
+
+    seen: BaseException | None = exc
+    while seen is not None:
+        pool = getattr(seen, "pool", None)
+        if pool is not None and getattr(pool, "host", None):
+            return f"{pool.host}:{pool.port}" if pool.port else str(pool.host)
+        seen = seen.__cause__ or seen.__context__
+    if server:
+        parts = urlsplit(server if "://" in server else f"https://{server}")
+        port = parts.port or (443 if parts.scheme == "https" else 80)
+        return f"{parts.hostname}:{port}"
+    return "the API server"
+
+
 # --------------------------------------------------------------------------- resources
 
 
@@ -335,12 +404,10 @@ class Kube:
         except ApiException as e:
             if e.status:
                 raise error_from_response(e.status, e.body, label) from e
-            raise UnreachableError(f"{label}: cannot reach {self.server}: {e.reason}") from e
+            raise unreachable_error(e, self.server) from e
         except Exception as e:
-            if type(e).__module__.startswith(("urllib3", "ssl", "socket")) or isinstance(
-                e, OSError
-            ):
-                raise UnreachableError(f"{label}: cannot reach {self.server}: {e}") from e
+            if is_transport_error(e):
+                raise unreachable_error(e, self.server) from e
             raise
         if not 200 <= resp.status <= 299:
             raise error_from_response(resp.status, resp.read(), label)

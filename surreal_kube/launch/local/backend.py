@@ -14,6 +14,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -251,12 +252,60 @@ def stop(exp: LocalExperiment, timeout: float = 60.0) -> None:
     _stop_tensorboard(exp.folder)
 
 
-def delete(name: str, root: Path | None = None, keep_files: bool = False) -> LocalExperiment:
-    """Stop the experiment and remove its folder (unless `keep_files`)."""
+def results_of(exp: LocalExperiment) -> str:
+    """What deleting the folder would throw away, in words ('' when nothing of value).
+
+    Results, checkpoints and TensorBoard events are what a person would miss; config, logs and
+    state files alone are not worth a question.
+    """
+    folder = exp.folder
+    kinds = [
+        ("results", folder.path / "results"),
+        ("checkpoints", folder.path / "checkpoints"),
+        ("TensorBoard events", folder.path / "tensorboard"),
+    ]
+    found: list[str] = []
+    total = 0
+    for label, path in kinds:
+        files = [f for f in path.rglob("*") if f.is_file()] if path.is_dir() else []
+        if files:
+            found.append(label)
+            total += sum(f.stat().st_size for f in files)
+    if not found:
+        return ""
+    words = ", ".join(found[:-1]) + (" and " if len(found) > 1 else "") + found[-1]
+    return f"its {words} ({_size(total)})"
+
+
+def _size(n: int) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024  # type: ignore[assignment]
+    return f"{n} B"  # pragma: no cover
+
+
+def delete(
+    name: str,
+    root: Path | None = None,
+    keep_files: bool = False,
+    progress: Callable[[str], None] | None = None,
+) -> LocalExperiment:
+    """Stop the experiment and remove its folder (unless `keep_files`), saying what it does.
+
+    Stopping a running experiment can take a while (a final evaluation, checkpoints being
+    written): `progress` hears each step, so the person waiting knows why.
+    """
+    say = progress or (lambda _message: None)
     exp = find(name, root)
+    pid = exp.state.get("supervisor_pid")
+    if exp.running:
+        say(f"stopping {name} (supervisor pid {pid}); its processes finish their work first...")
     stop(exp)
     if not keep_files:
-        shutil.rmtree(exp.folder.path)
+        say(f"removing {exp.folder.path}")
+        with root_lock(exp.folder.path.parent):
+            shutil.rmtree(exp.folder.path)
     return exp
 
 
@@ -293,10 +342,10 @@ def tensorboard(exp: LocalExperiment, port: int | None = None) -> str:
         tb_port = (exp.state.get("ports") or {}).get("tensorboard")
         if tb_port and not port_is_free(int(tb_port)):
             return f"http://127.0.0.1:{tb_port}/"
-    record = read_json(exp.folder.path / "tensorboard.json") or {}
-    if record.get("pid") and pid_alive(record["pid"]) and (not port or record.get("port") == port):
-        return f"http://127.0.0.1:{record['port']}/"
-    _stop_tensorboard(exp.folder)
+    viewers = _viewers(exp.folder)
+    for viewer in viewers:
+        if not port or viewer.get("port") == port:
+            return f"http://127.0.0.1:{viewer['port']}/"
     with root_lock(exp.folder.path.parent):
         chosen = (
             port
@@ -329,7 +378,11 @@ def tensorboard(exp: LocalExperiment, port: int | None = None) -> str:
             )
         finally:
             out.close()
-        write_json_atomic(exp.folder.path / "tensorboard.json", {"pid": proc.pid, "port": chosen})
+        # an earlier viewer on another port keeps running: someone may be looking at it
+        write_json_atomic(
+            exp.folder.path / "tensorboard.json",
+            {"viewers": [*viewers, {"pid": proc.pid, "port": chosen}]},
+        )
     deadline = time.time() + 60
     while time.time() < deadline:
         if not port_is_free(chosen):
@@ -340,10 +393,15 @@ def tensorboard(exp: LocalExperiment, port: int | None = None) -> str:
     raise LaunchError("tensorboard did not start listening within 60 s")
 
 
-def _stop_tensorboard(folder: ExperimentFolder) -> None:
+def _viewers(folder: ExperimentFolder) -> list[dict[str, Any]]:
+    """The TensorBoard viewers `tb` started on this folder that still run."""
     record = read_json(folder.path / "tensorboard.json") or {}
-    pid = record.get("pid")
-    if pid and pid_alive(pid):
+    viewers = record.get("viewers", [record] if record.get("pid") else [])
+    return [v for v in viewers if v.get("pid") and pid_alive(v["pid"])]
+
+
+def _stop_tensorboard(folder: ExperimentFolder) -> None:
+    for viewer in _viewers(folder):
         with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(pid, signal.SIGTERM)
+            os.killpg(viewer["pid"], signal.SIGTERM)
     (folder.path / "tensorboard.json").unlink(missing_ok=True)

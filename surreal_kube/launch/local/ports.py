@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import os
 import socket
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -18,14 +19,21 @@ from surreal_kube.launch.local.folder import read_json
 
 @contextlib.contextmanager
 def root_lock(root: Path) -> Iterator[None]:
-    """Exclusive lock over the experiments root (port choice and name reservation)."""
+    """Exclusive lock over the experiments root (port choice and name reservation).
+
+    The lock is taken on the root folder itself, not on a lock file in it, so nothing is left
+    behind in the root (a `.lock` next to the experiments looked like a stray file).
+    """
     root.mkdir(parents=True, exist_ok=True)
-    with open(root / ".lock", "w") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
+    fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
         try:
             yield
         finally:
-            fcntl.flock(f, fcntl.LOCK_UN)
+            fcntl.flock(fd, fcntl.LOCK_UN)
+    finally:
+        os.close(fd)
 
 
 def ports_in_use_by_experiments(root: Path, exclude: str | None = None) -> set[int]:

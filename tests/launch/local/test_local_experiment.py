@@ -211,7 +211,7 @@ def test_two_experiments_side_by_side_and_bad_input(tmp_path: Path) -> None:
                  timeout=400)
     finally:
         for name in names:
-            sk("delete", name, root=root)
+            sk("delete", name, "--yes", root=root)
     assert not (root / "exp-left").exists() and not (root / "exp-right").exists()
 
 
