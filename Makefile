@@ -9,9 +9,10 @@ PIP := $(VENV)/bin/pip
 STAMP := $(VENV)/.installed
 # Debian packages the tests need: MuJoCo's offscreen EGL renderer (video recording) and podman
 # serving the Docker API (image builds), with debootstrap for an offline base image; the real test
-# node's runc, iptables, conntrack, socat and busybox-static (its test image).
+# node's runc, iptables, conntrack, socat and busybox-static (its test image); tmux, the real
+# terminal the CLI's live views are captured in (tests/cli/test_terminal.py).
 DEB_PACKAGES := libegl1 libgl1 podman buildah runc catatonit debootstrap fuse-overlayfs uidmap \
-  iptables conntrack socat busybox-static
+  iptables conntrack socat busybox-static tmux
 RUN_ROOT ?= $(CURDIR)/runs
 PYTEST_ARGS ?=
 
