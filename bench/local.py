@@ -7,7 +7,9 @@ steady-state env steps/s of the agents (measured from their progress files over 
 every role is up), against
 - the single-process trainer (`surreal_kube.rl.train`) with the same spec, and
 - the raw environment: random actions in one process, no policy, no learning.
-It also reports where the agents' time goes (env, inference, experience hand-off, sockets) from
+It also times the start-up, from `create --local` to the learner's first update, with the fork
+server, with one interpreter per role, and for the single-process trainer. It also reports where
+the agents' time goes (env, inference, experience hand-off, sockets) from
 the agents' own timers. In full mode both the local experiment and the single-process trainer
 train for 10 minutes of wall-clock and the mean eval return after that is compared; the local
 run's learning curve is printed. Writes bench/results/local.json.
@@ -15,8 +17,10 @@ run's learning curve is printed. Writes bench/results/local.json.
 
 from __future__ import annotations
 
+import datetime
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -141,10 +145,91 @@ def local_experiment(warmup_timeout: float, window: float, total: float | None) 
     return out
 
 
+_FIRST_UPDATE = re.compile(r"^(\S+ \S+) INFO learner \S+: first update done", re.M)
+
+
+def _first_update_time(folder: Path, timeout: float) -> float | None:
+    """Unix time of the learner's first update, from its log line; None after `timeout`."""
+    deadline = time.time() + timeout
+    path = folder / "logs" / "learner.out"
+    while time.time() < deadline:
+        found = _FIRST_UPDATE.search(path.read_text(errors="replace")) if path.exists() else None
+        if found:
+            stamp = datetime.datetime.strptime(found.group(1), "%Y-%m-%d %H:%M:%S,%f")
+            return stamp.timestamp()  # the log's local time, as time.time() counts
+        time.sleep(0.1)
+    return None
+
+
+def local_startup(forkserver: bool, timeout: float = 300.0) -> float:
+    """Seconds from `create --local --detach` to the learner's first update (HalfCheetah)."""
+    root = Path(tempfile.mkdtemp(prefix="bench-startup-"))
+    env = dict(os.environ, SURREAL_KUBE_FORKSERVER="1" if forkserver else "0")
+    args = ["--root", str(root)]
+    start = time.time()
+    res = subprocess.run(
+        [*SK, "create", "bench-startup", "--local", "--detach", *args, "--env", ENV,
+         "--num-agents", "2", "--num-evals", "1", "--max-time", str(timeout)],
+        capture_output=True, text=True, timeout=120, env=env,
+    )  # fmt: skip
+    try:
+        if res.returncode:
+            raise SystemExit(f"create failed: {res.stderr}")
+        first = _first_update_time(Path(res.stdout.strip()), timeout)
+        if first is None:
+            raise SystemExit(f"no first update within {timeout:.0f} s")
+        return first - start
+    finally:
+        subprocess.run([*SK, "delete", "bench-startup", *args, "--yes"], capture_output=True,
+                       timeout=120, env=env)  # fmt: skip
+        shutil.rmtree(root, ignore_errors=True)
+
+
+_SINGLE_FIRST_UPDATE = """
+import sys, time
+from surreal_kube.experiment.resolve import resolve_experiment
+from surreal_kube.rl.train import train
+exp = resolve_experiment("bench-single", flags={"env.id": sys.argv[1], "agents.count": 2})
+first = []
+def callback(steps, stats):
+    first.append(time.time())
+    return True
+train(exp.spec, max_seconds=300, eval_episodes=1, callback=callback)
+print(first[0])
+"""
+
+
+def single_process_startup() -> float:
+    """Seconds from starting the single-process trainer to its first learner update."""
+    start = time.time()
+    res = subprocess.run(
+        [sys.executable, "-c", _SINGLE_FIRST_UPDATE, ENV],
+        capture_output=True, text=True, timeout=600, check=True,
+    )  # fmt: skip
+    return float(res.stdout.strip().splitlines()[-1]) - start
+
+
+def startup_rows() -> list[Row]:
+    """Start-up: `create --local` to the learner's first update (issue 15), two references.
+
+    The fork server imports torch, gymnasium and MuJoCo once and forks the roles; the first
+    reference starts each role as its own interpreter (the design before it), the second is the
+    single-process trainer's first update on the same spec, interpreter start included.
+    """
+    forked = local_startup(forkserver=True)
+    separate = local_startup(forkserver=False)
+    single = single_process_startup()
+    metric = "start-up: create --local to the learner's first update"
+    return [
+        Row(f"{metric}, vs one interpreter per role", forked, separate, "s", "lower"),
+        Row(f"{metric}, vs the single-process trainer's", forked, single, "s", "lower"),
+    ]
+
+
 def main() -> None:
     args = parse_args(__doc__.splitlines()[0])
     quick = args.quick
-    rows: list[Row] = []
+    rows: list[Row] = startup_rows()
     raw = raw_env_rate(3.0 if quick else 10.0)
     single_rate, single_return = single_process(15.0 if quick else 600.0)
     local = local_experiment(

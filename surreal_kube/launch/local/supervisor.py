@@ -22,6 +22,7 @@ from pathlib import Path
 
 from surreal_kube.experiment.spec import Experiment
 from surreal_kube.experiment.topology import Process, Topology
+from surreal_kube.launch.local import forking
 from surreal_kube.launch.local.folder import ExperimentFolder, read_json, write_json_atomic
 from surreal_kube.launch.local.progress import Progress, read_progress
 from surreal_kube.launch.local.results import CurveRecorder
@@ -54,6 +55,8 @@ _STOP_ORDER = (
     "loggerplex",
     "tensorplex",
 )
+_HEAVY = ("learner", "agents", "eval")
+"""Roles that import torch, gymnasium and MuJoCo: the fork server loads those only for them."""
 _FINISH_FIRST = ("agents", "learner")
 """Stopped before the final evaluation of a run that reached its budget."""
 
@@ -63,7 +66,7 @@ class Child:
     """Bookkeeping of one supervised process."""
 
     process: Process
-    popen: subprocess.Popen[bytes] | None = None
+    popen: subprocess.Popen[bytes] | forking.ForkedProcess | None = None
     restarts: int = 0
     state: str = "pending"
     started_at: float = 0.0
@@ -75,6 +78,9 @@ class Child:
 
 class Supervisor:
     """Runs one experiment's processes (see the module docstring)."""
+
+    use_forkserver = True
+    """Fork roles from one warm interpreter (`forking`); SURREAL_KUBE_FORKSERVER=0 turns it off."""
 
     def __init__(
         self,
@@ -100,6 +106,7 @@ class Supervisor:
         self.final_phase = "Stopped"
         self.curve = CurveRecorder(folder.results / "curve.jsonl")
         self.progress = Progress()
+        self.forkserver: forking.ForkServer | None = None
 
     # ------------------------------------------------------------------ processes
 
@@ -127,6 +134,21 @@ class Supervisor:
 
     def _spawn(self, child: Child) -> None:
         proc = child.process
+        child.started_at = time.time()
+        child.state = "running"
+        if self.forkserver is not None:
+            try:
+                child.popen = self.forkserver.spawn(
+                    self.command(proc)[3:],  # the arguments after `python -m <module>`
+                    env=self.environment(proc),
+                    cwd=self.folder.path,
+                    out=self.folder.logs / f"{proc.name}.out",
+                    heavy=proc.role in _HEAVY,
+                )
+                return
+            except forking.ForkServerGoneError as exc:
+                log.warning("%s; starting roles as their own interpreters from now on", exc)
+                self.forkserver = None
         out = open(self.folder.logs / f"{proc.name}.out", "ab")  # noqa: SIM115 - owned by the child
         try:
             child.popen = subprocess.Popen(
@@ -140,19 +162,36 @@ class Supervisor:
             )
         finally:
             out.close()
-        child.started_at = time.time()
-        child.state = "running"
+
+    def _start_forkserver(self) -> None:
+        env = dict(os.environ)
+        env.update(
+            SURREAL_EXPERIMENT_DIR=str(self.folder.path),  # how leftovers are recognised
+            OMP_NUM_THREADS=env.get("OMP_NUM_THREADS", "1"),
+            MKL_NUM_THREADS=env.get("MKL_NUM_THREADS", "1"),
+            PYTHONUNBUFFERED="1",
+        )
+        try:
+            self.forkserver = forking.ForkServer(
+                self.python, env, self.folder.path, self.folder.logs / "forkserver.out"
+            )
+        except OSError as exc:
+            log.warning("no fork server (%s); starting roles as their own interpreters", exc)
 
     def start(self) -> None:
-        """Start every process, in topology order."""
+        """Start every process, in topology order (light roles first: they are ready at once)."""
         self.folder.create()
-        for child in self.children.values():
+        if self.use_forkserver and forking.enabled():
+            self._start_forkserver()
+        for child in sorted(self.children.values(), key=lambda c: c.process.role in _HEAVY):
             self._spawn(child)
         self.phase = "Running"
         self.write_state()
 
     def poll(self) -> None:
         """One supervision step: notice exits, restart with backoff, refresh progress."""
+        if self.forkserver is not None:
+            self.forkserver.pump(0.0)
         now = time.time()
         for child in self.children.values():
             if child.state == "running" and child.popen is not None:
@@ -240,6 +279,8 @@ class Supervisor:
         A run that reached its budget first stops agents and learner (which checkpoints and
         publishes its last parameters), then lets the evaluators evaluate that final policy.
         """
+        if self.forkserver is not None:
+            self.forkserver.settle(timeout=60.0)  # every role has a pid to signal
         if self.final_phase == "Succeeded":
             self._stop_children(
                 [c for c in self.children.values() if c.process.role in _FINISH_FIRST]
@@ -249,6 +290,8 @@ class Supervisor:
         self._stop_children(
             sorted(self.children.values(), key=lambda c: order.get(c.process.role, 99))
         )
+        if self.forkserver is not None:
+            self.forkserver.close()
         self.progress = read_progress(self.folder.status)
         self.curve.record(self.progress, self.elapsed())
         self.write_state()
@@ -279,7 +322,7 @@ class Supervisor:
                 _signal_group(child.popen.pid, signal.SIGTERM)  # type: ignore[union-attr]
         deadline = time.time() + STOP_GRACE
         for child in children:
-            if child.popen is None:
+            if child.popen is None or child.popen.pid is None:
                 continue
             try:
                 child.popen.wait(timeout=max(0.1, deadline - time.time()))
@@ -300,6 +343,7 @@ class Supervisor:
             "phase": self.phase,
             "reason": self.reason,
             "supervisor_pid": os.getpid(),
+            "forkserver_pid": self.forkserver.pid if self.forkserver is not None else None,
             "started": self.started,
             "elapsed": self.elapsed(),
             "ports": self.ports,
@@ -332,7 +376,9 @@ def _running(child: Child) -> bool:
     return child.popen is not None and child.popen.poll() is None
 
 
-def _signal_group(pid: int, sig: signal.Signals) -> None:
+def _signal_group(pid: int | None, sig: signal.Signals) -> None:
+    if pid is None:  # a fork still pending: nothing to signal yet
+        return
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pid, sig)
 

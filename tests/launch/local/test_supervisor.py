@@ -26,6 +26,7 @@ class ShellSupervisor(sv.Supervisor):
     """Runs `commands[role]` instead of the role entry point."""
 
     commands: ClassVar[dict[str, list[str]]] = {}
+    use_forkserver = False  # shell commands are not roles: started as processes of their own
 
     def command(self, proc):  # type: ignore[override]
         return self.commands.get(proc.role, ["sleep", "60"])
