@@ -49,7 +49,6 @@ LIGHT = (
 HEAVY = (
     "torch",
     "torch.optim",
-    "torch._dynamo",  # every optimizer step imports it; once here instead of in the learner
     "gymnasium",
     "mujoco",
     "surreal_kube.envs",

@@ -95,6 +95,7 @@ def watch_supervisor(stop: StopFlag, env: dict[str, str] | None = None) -> threa
     except ValueError:
         log.warning("%s=%r is not a pid; not watching the supervisor", SUPERVISOR_PID_ENV, raw)
         return None
+
     def on_parent_death(signum: int, frame: FrameType | None) -> None:
         if os.getppid() != supervisor:  # not just the thread that forked us
             stop.set("supervisor gone")

@@ -7,9 +7,11 @@ stop (SIGTERM/SIGINT), 1 when the role failed, 2 for a bad command line or envir
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import logging
 import sys
+import threading
 
 from surreal_kube.errors import SurrealKubeError
 
@@ -36,6 +38,22 @@ def role_class(role: str) -> type:
     return getattr(importlib.import_module(module), name)
 
 
+def _import_in_background(module: str) -> None:
+    """Import `module` on a thread, off the start-up path.
+
+    Every torch optimizer step imports torch._dynamo (2-3 s of CPU, the compiler stack, which we
+    never use); the learner would pay for it at its first update. Imported while the learner
+    builds its model and waits for its first batch, it is there by then. An import error is left
+    to the step that needs the module.
+    """
+
+    def run() -> None:
+        with contextlib.suppress(Exception):  # reported where the module is really needed
+            importlib.import_module(module)
+
+    threading.Thread(target=run, name=f"import-{module}", daemon=True).start()
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run one role until it is stopped; returns the exit code."""
     parser = argparse.ArgumentParser(
@@ -59,6 +77,8 @@ def main(argv: list[str] | None = None) -> int:
     stop = StopFlag()
     install_signal_handlers(stop)
     watch_supervisor(stop)  # a role never outlives the local supervisor that started it
+    if args.role == "learner":
+        _import_in_background("torch._dynamo")
     role = None
     code = 0
     try:
