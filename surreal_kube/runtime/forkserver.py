@@ -177,8 +177,28 @@ def serve(requests_fd: int, replies_fd: int) -> int:
             reply({"id": request["id"], "pid": pid})
 
 
+def _exit_with_supervisor() -> None:
+    """Exit when the supervisor dies, even in the middle of a preload (its stdin closing is
+    only read between requests): the parent-death signal, checked against the parent pid."""
+    import signal
+
+    from surreal_kube.runtime.lifecycle import PARENT_DEATH_SIGNAL, _set_parent_death_signal
+
+    parent = int(os.environ.get("SURREAL_SUPERVISOR_PID") or os.getppid())
+
+    def on_parent_death(signum: int, frame: object) -> None:
+        if os.getppid() != parent:  # not just the supervisor thread that started us
+            os._exit(0)
+
+    signal.signal(PARENT_DEATH_SIGNAL, on_parent_death)
+    _set_parent_death_signal(PARENT_DEATH_SIGNAL)
+    if os.getppid() != parent:
+        os._exit(0)
+
+
 def main() -> int:
     """Serve on private copies of stdin/stdout; the standard streams go to stderr's log."""
+    _exit_with_supervisor()
     requests_fd, replies_fd = os.dup(0), os.dup(1)
     null = os.open(os.devnull, os.O_RDONLY)
     os.dup2(null, 0)

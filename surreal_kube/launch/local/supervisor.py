@@ -167,6 +167,7 @@ class Supervisor:
         env = dict(os.environ)
         env.update(
             SURREAL_EXPERIMENT_DIR=str(self.folder.path),  # how leftovers are recognised
+            SURREAL_SUPERVISOR_PID=str(os.getpid()),  # the server exits when we are gone
             OMP_NUM_THREADS=env.get("OMP_NUM_THREADS", "1"),
             MKL_NUM_THREADS=env.get("MKL_NUM_THREADS", "1"),
             PYTHONUNBUFFERED="1",
