@@ -12,20 +12,35 @@ Items (sub-trajectories or transitions, each an `ArrayDict`) are buffered by the
 axis: four frames for 256 transitions instead of a thousand, and the shard stores them with one
 copy per key.
 
+Experience schema 2 (meta `"x": 2`): every item carries `param_version`, the learner iteration
+of the parameters that acted (int64, one per item), and the message carries `"steps"`, the
+sending process's cumulative env steps. Shards bound the policy lag with the first and count the
+experiment's global env steps with the second (the one x axis of every curve). A schema-2
+message without a valid `param_version` is rejected; messages without `"x"` (schema 1) are taken
+as they are.
+
 A sender never blocks forever (a defect of the original system). Its socket has a bounded queue
-(the high-water mark) and does not queue for absent peers (`IMMEDIATE`); a send waits at most
-`timeout` seconds, then the batch is dropped, counted, and logged. After one timeout the sender
-stops waiting (sends become non-blocking) until a send goes through again, so an agent whose
-replay is down keeps stepping at full speed and resumes sending as soon as replay is back.
+(the high-water mark) and does not queue for absent peers (`IMMEDIATE`). Two reasons a send can
+wait, told apart by the socket's connection events:
+- replay is up but does not take more (its rate limiter holds inserts back until the learner has
+  sampled enough, see `replay.samplesPerInsert`): with a `wait_hook` the sender keeps waiting,
+  calling the hook every `WAIT_SLICE_SECONDS` (the agent marks itself `waiting` and checks for
+  a stop), and `waited_seconds` counts the time: agents wait rather than flood;
+- no shard is connected (replay down): after `timeout` seconds the batch is dropped, counted, and
+  logged, and the sender stops waiting (sends become non-blocking) until a send goes through
+  again, so an agent whose replay is down keeps stepping at full speed and resumes sending as
+  soon as replay is back.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Mapping, Sequence
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
 
 import numpy as np
 import zmq
+from zmq.utils.monitor import recv_monitor_message
 
 from surreal_kube.comm import wire
 from surreal_kube.comm.sockets import bound_address, make_socket
@@ -33,6 +48,12 @@ from surreal_kube.comm.sockets import bound_address, make_socket
 log = logging.getLogger(__name__)
 
 DEFAULT_SEND_TIMEOUT_SECONDS = 2.0
+SCHEMA = 2
+"""Experience schema: 2 = items carry `param_version`, messages carry the sender's env steps."""
+PARAM_VERSION = "param_version"
+WAIT_SLICE_SECONDS = 0.2
+MAX_SOURCES = 65_536
+"""Distinct senders a receiver keeps env-step counts for (more would be hostile)."""
 
 
 def _signature(item: Mapping[str, np.ndarray]) -> tuple[tuple[str, str, tuple[int, ...]], ...]:
@@ -66,6 +87,7 @@ class ExperienceSender:
         timeout: float = DEFAULT_SEND_TIMEOUT_SECONDS,
         hwm: int = 32,
         source: str = "",
+        wait_hook: Callable[[float], bool] | None = None,
     ) -> None:
         addrs = [addr] if isinstance(addr, str) else list(addr)
         if not addrs:
@@ -74,9 +96,16 @@ class ExperienceSender:
         self.flush_iteration = max(1, int(flush_iteration))
         self.timeout = timeout
         self.source = source
-        self._sock = make_socket(
-            zmq.PUSH, sndhwm=hwm, sndtimeo_ms=int(timeout * 1000), immediate=True
+        self.wait_hook = wait_hook
+        """Called with the seconds waited so far while replay is up but full; False: stop."""
+        self.env_steps = 0
+        """The sending process's cumulative env steps, sent with every message."""
+        slice_ms = int(min(timeout, WAIT_SLICE_SECONDS) * 1000)
+        self._sock = make_socket(zmq.PUSH, sndhwm=hwm, sndtimeo_ms=max(slice_ms, 1), immediate=True)
+        self._monitor = self._sock.get_monitor_socket(
+            zmq.EVENT_CONNECTED | zmq.EVENT_DISCONNECTED | zmq.EVENT_CLOSED
         )
+        self._peers: set[str] = set()
         for a in addrs:
             self._sock.connect(a)
         self._pending: list[Mapping[str, np.ndarray]] = []
@@ -87,6 +116,25 @@ class ExperienceSender:
         self.sent_bytes = 0
         self.dropped_items = 0
         self.dropped_messages = 0
+        self.waited_seconds = 0.0
+        self.waiting = False
+        """True while a send waits for replay to take more (rate limited), not for replay to
+        come up."""
+
+    @property
+    def connected_peers(self) -> int:
+        """Shards this socket is connected to now (from the socket's connection events)."""
+        while True:
+            try:
+                event = recv_monitor_message(self._monitor, zmq.NOBLOCK)
+            except zmq.Again:
+                return len(self._peers)
+            endpoint = event.get("endpoint", b"")
+            name = endpoint.decode() if isinstance(endpoint, bytes) else str(endpoint)
+            if event["event"] == zmq.EVENT_CONNECTED:
+                self._peers.add(name)
+            else:
+                self._peers.discard(name)
 
     @property
     def healthy(self) -> bool:
@@ -110,15 +158,39 @@ class ExperienceSender:
 
     def send_stacked(self, arrays: Mapping[str, np.ndarray], count: int) -> bool:
         """Send `count` items already stacked along axis 0; False if they had to be dropped."""
-        frames = wire.encode(wire.EXPERIENCE, {"n": int(count), "src": self.source}, arrays)
+        meta: dict[str, object] = {"n": int(count), "src": self.source}
+        if PARAM_VERSION in arrays:
+            meta.update(x=SCHEMA, steps=int(self.env_steps))
+        frames = wire.encode(wire.EXPERIENCE, meta, arrays)
+        started = time.monotonic()
+        waited = 0.0
         try:
-            if self._blocking:
-                self._sock.send_multipart(frames, copy=False)
-            else:
-                self._sock.send_multipart(frames, zmq.NOBLOCK, copy=False)
-        except zmq.Again:
-            self._drop(count)
-            return False
+            while True:
+                try:
+                    if self._blocking:
+                        self._sock.send_multipart(frames, copy=False)
+                    else:
+                        self._sock.send_multipart(frames, zmq.NOBLOCK, copy=False)
+                    break
+                except zmq.Again:
+                    if self._blocking and self.wait_hook is not None and self.connected_peers:
+                        # replay is there and holds inserts back: wait for it, as asked
+                        now = time.monotonic()
+                        self.waiting = True
+                        self.waited_seconds += now - started - waited
+                        waited = now - started
+                        if self.wait_hook(waited):
+                            continue
+                        self._drop(count, down=False)  # the owner stops waiting (stopping)
+                        return False
+                    elif self._blocking and time.monotonic() - started < self.timeout:
+                        continue
+                    self._drop(count)
+                    return False
+        finally:
+            if self.waiting:
+                self.waited_seconds += time.monotonic() - started - waited
+            self.waiting = False
         if not self._blocking:
             log.info(
                 "replay at %s reachable again; dropped %d items while it was not",
@@ -132,9 +204,11 @@ class ExperienceSender:
         self.sent_bytes += sum(np.asarray(a).nbytes for a in arrays.values())
         return True
 
-    def _drop(self, count: int) -> None:
+    def _drop(self, count: int, down: bool = True) -> None:
         self.dropped_items += count
         self.dropped_messages += 1
+        if not down:
+            return
         self._dropped_since_ok += count
         if self._blocking:
             log.warning(
@@ -148,6 +222,8 @@ class ExperienceSender:
 
     def close(self) -> None:
         """Close the socket; buffered items that were not flushed are discarded."""
+        self._sock.disable_monitor()
+        self._monitor.close(0)
         self._sock.close(0)
 
 
@@ -163,6 +239,13 @@ class ExperienceReceiver:
         self.items = 0
         self.messages = 0
         self.bytes = 0
+        self.steps_by_source: dict[str, int] = {}
+        """Newest cumulative env steps each sender reported (schema 2)."""
+
+    @property
+    def env_steps(self) -> int:
+        """Env steps of every sender seen, summed: the experiment's global env steps."""
+        return sum(self.steps_by_source.values())
 
     def recv(self, timeout_ms: int = 0) -> tuple[wire.ArrayDict, int] | None:
         """One batch (stacked arrays, count) if one arrives within the timeout, else None."""
@@ -190,10 +273,32 @@ class ExperienceReceiver:
         ):
             self.rejects.add(wire.WireError("bad-meta", "arrays do not stack n items"), "collector")
             return None
+        if msg.meta.get("x") == SCHEMA and not self._schema2(msg.meta, msg.arrays, count):
+            return None
         self.items += count
         self.messages += 1
         self.bytes += msg.nbytes
         return msg.arrays, count
+
+    def _schema2(self, meta: dict, arrays: wire.ArrayDict, count: int) -> bool:
+        version = arrays.get(PARAM_VERSION)
+        if version is None or version.shape != (count,) or version.dtype != np.int64:
+            self.rejects.add(
+                wire.WireError("bad-meta", f"schema {SCHEMA} items need int64 {PARAM_VERSION}"),
+                "collector",
+            )
+            return False
+        src, steps = meta.get("src"), meta.get("steps")
+        if (
+            isinstance(src, str)
+            and len(src) <= 253
+            and isinstance(steps, int)
+            and not isinstance(steps, bool)
+            and steps >= 0
+            and (src in self.steps_by_source or len(self.steps_by_source) < MAX_SOURCES)
+        ):
+            self.steps_by_source[src] = max(steps, self.steps_by_source.get(src, 0))
+        return True
 
     def close(self) -> None:
         """Close the socket."""

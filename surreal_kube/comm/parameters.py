@@ -54,6 +54,9 @@ class ParameterInfo:
     hash: str
     time: float
     """Publish time (seconds since the epoch, learner clock)."""
+    env_steps: int = -1
+    """Global env steps of the experiment when these parameters were published (-1: unknown):
+    the x axis agents and evals report against."""
 
 
 def _info(meta: Mapping[str, Any]) -> ParameterInfo:
@@ -64,7 +67,10 @@ def _info(meta: Mapping[str, Any]) -> ParameterInfo:
         or not isinstance(stamp, (int, float))
     ):
         raise wire.WireError("bad-meta", "parameter meta needs iteration, hash and time")
-    return ParameterInfo(iteration, digest, float(stamp))
+    steps = meta.get("env_steps", -1)
+    if not isinstance(steps, int) or isinstance(steps, bool):
+        steps = -1
+    return ParameterInfo(iteration, digest, float(stamp), steps)
 
 
 class ParameterPublisher:
@@ -98,14 +104,23 @@ class ParameterPublisher:
             raise self._error
 
     def publish(
-        self, params: Mapping[str, np.ndarray], iteration: int, *, copy: bool = True
+        self,
+        params: Mapping[str, np.ndarray],
+        iteration: int,
+        *,
+        copy: bool = True,
+        env_steps: int = -1,
     ) -> ParameterInfo:
         """Publish a parameter set; returns its info (the hash agents will report back)."""
         arrays = {k: np.array(v, copy=True) if copy else np.asarray(v) for k, v in params.items()}
-        info = ParameterInfo(int(iteration), content_hash(arrays), time.time())
-        frames = wire.encode(
-            wire.PARAMS, {"iteration": info.iteration, "hash": info.hash, "time": info.time}, arrays
-        )
+        info = ParameterInfo(int(iteration), content_hash(arrays), time.time(), int(env_steps))
+        meta = {
+            "iteration": info.iteration,
+            "hash": info.hash,
+            "time": info.time,
+            "env_steps": info.env_steps,
+        }
+        frames = wire.encode(wire.PARAMS, meta, arrays)
         with self._lock:
             self._latest = frames
             self._fresh = True

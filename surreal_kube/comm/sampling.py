@@ -16,6 +16,11 @@ Prioritized replay: a batch names the shard it came from (`meta["shard"]`); the 
 the new priorities of its items back (`priorities` message with that shard index), and the broker
 routes them to that shard, which it knows from the index the shard puts in its credits.
 
+Policy lag: a request carries the learner's iteration (`"version"`) and, for on-policy learning,
+the largest lag it accepts (`"max_lag"`); a shard drops what is older before it serves, and
+each reply carries the shard's counters (`"stats"`: items inserted, sampled, overwritten, dropped
+as stale, env steps seen, restarts) so the learner can report them.
+
 Backend frames (shard -> broker): `[b"READY", b"<shard index>"]` or `[b"REPLY", client, *message]`;
 broker -> shard: `[client, *message]`. The broker never decodes array frames.
 """
@@ -298,6 +303,10 @@ class Prefetcher:
         self.received = 0
         self.reissued = 0
         self.bytes = 0
+        self.version = -1
+        """The learner's iteration, sent with each request (the learner sets it as it learns)."""
+        self.max_lag: int | None = None
+        """On-policy: shards drop items more than this many iterations older than `version`."""
         self._thread = threading.Thread(target=self._run, name="prefetcher", daemon=True)
 
     def start(self) -> Prefetcher:
@@ -372,7 +381,14 @@ class Prefetcher:
         ahead = self._queue.qsize() if self.on_policy else 0
         while len(self._in_flight) + ahead < self.depth:
             rid = next(self._ids)
-            meta = {"batch_size": self.batch_size, "id": rid, "ttl": self.request_ttl}
+            meta: dict[str, object] = {
+                "batch_size": self.batch_size,
+                "id": rid,
+                "ttl": self.request_ttl,
+                "version": int(self.version),
+            }
+            if self.max_lag is not None:
+                meta["max_lag"] = int(self.max_lag)
             try:
                 sock.send_multipart(wire.encode(wire.SAMPLE, meta), zmq.NOBLOCK)
             except zmq.Again:

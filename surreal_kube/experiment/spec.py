@@ -87,7 +87,9 @@ class EvalsSpec(SpecModel):
         "deterministic", description="act with the mean action or sample from the policy"
     )
     interval_seconds: float = Field(10.0, gt=0, description="seconds between evaluation runs")
-    episodes: int = Field(1, ge=1, description="episodes per evaluation run")
+    episodes: int = Field(
+        5, ge=1, description="episodes per evaluation run (their mean and std are reported)"
+    )
     record_video: bool = Field(False, description="record an mp4 of one episode per run")
 
 
@@ -107,6 +109,18 @@ class ReplaySpec(SpecModel):
     alpha: float = Field(0.6, ge=0, description="prioritized: priority exponent")
     beta: float = Field(0.4, ge=0, le=1, description="prioritized: importance-weight exponent")
     prefetch: int = Field(4, ge=1, description="batches the learner prefetches in the background")
+    samples_per_insert: float | None = Field(
+        None,
+        ge=0,
+        description="rate limiter: items sampled per item inserted, held by each shard (agents "
+        "wait when ahead); 0: off; null: the algorithm's default (ppo 1, ddpg 128)",
+    )
+    rate_tolerance: float | None = Field(
+        None,
+        gt=0,
+        description="rate limiter: items inserts may run ahead of (or behind) the ratio; null: "
+        "ppo 2 batches, ddpg 1000",
+    )
 
 
 class PSSpec(SpecModel):
@@ -258,6 +272,7 @@ class ExperimentSpec(SpecModel):
                 f"replay.startSampling: must be <= replay.capacity "
                 f"({self.replay.capacity}), got {self.replay.start_sampling}"
             )
+        self._check_rate_limit()
         if self.algorithm.name == "ppo" and self.replay.kind != "fifo":
             raise ValueError(
                 f"replay.kind: ppo is on-policy and needs 'fifo', got {self.replay.kind!r}"
@@ -266,6 +281,19 @@ class ExperimentSpec(SpecModel):
             if name not in self.images:
                 raise ValueError(f"images.{name}: is required")
         return self
+
+    def _check_rate_limit(self) -> None:
+        from surreal_kube.experiment.algorithms import default_rate_limit
+
+        spi, tolerance = default_rate_limit(self.algorithm)
+        spi = spi if self.replay.samples_per_insert is None else self.replay.samples_per_insert
+        tolerance = tolerance if self.replay.rate_tolerance is None else self.replay.rate_tolerance
+        batch = self.algorithm.batch_size
+        if spi > 0 and (2 * tolerance - 1) * spi < batch:
+            raise ValueError(
+                f"replay.rateTolerance: {tolerance:g} items at {spi:g} samples per insert leaves "
+                f"no room for a batch of {batch}; use at least {(batch / spi + 1) / 2:g}"
+            )
 
     def component_resources(self, component: str) -> Resources:
         """Resources of a component, the spec's own or the built-in default."""

@@ -205,3 +205,81 @@ class PrioritizedReplay(UniformReplay):
         p = priorities**self.alpha
         self._sum[indices] = p
         self._max_priority = max(self._max_priority, float(priorities.max(initial=0.0)))
+
+
+class SampleToInsertRatio:
+    """Holds the ratio of items sampled to items inserted near a target, as Reverb's limiter.
+
+    With a target of `samples_per_insert` (SPI), every inserted item should be drawn SPI times on
+    average: DDPG's learner should not fall behind agents that outrun it (4.7 draws per item was
+    measured with two agents and no limiter, where TD3 as usually run draws about 256), and PPO's
+    should take each sub-trajectory about once, while it is fresh. The limiter keeps
+    `inserted * SPI - sampled` within `tolerance` items' worth (tolerance * SPI samples) of
+    `min_size * SPI`: inserts wait when they are ahead, samples wait when they are ahead, and
+    until `min_size` items arrived only inserts go. Items that leave the store without being
+    sampled (an on-policy store drops stale ones) are `forget`-ten, so they do not hold inserts
+    back forever. `samples_per_insert <= 0` turns the limiter off (only `min_size` holds).
+
+    `tolerance` must leave room for a whole batch between the two limits, or neither side could
+    ever move: `(2 * tolerance - 1) * SPI >= batch_size`.
+    """
+
+    def __init__(
+        self, samples_per_insert: float, min_size: int, tolerance: float, batch_size: int = 1
+    ) -> None:
+        if min_size < 1:
+            raise ValueError(f"min_size must be >= 1, got {min_size}")
+        spi = float(samples_per_insert)
+        if spi > 0 and (2 * tolerance - 1) * spi < batch_size:
+            need = (batch_size / spi + 1) / 2
+            raise ValueError(
+                f"a tolerance of {tolerance} items at {spi} samples per insert leaves no room for "
+                f"a batch of {batch_size}: it must be >= {need:g}"
+            )
+        self.samples_per_insert = spi
+        self.min_size = int(min_size)
+        self.tolerance = float(tolerance)
+        self.inserted = 0
+        self.sampled = 0
+        self.forgotten = 0
+
+    @property
+    def enabled(self) -> bool:
+        """Whether a ratio is enforced (beyond `min_size`)."""
+        return self.samples_per_insert > 0
+
+    def _diff(self) -> float:
+        return (self.inserted - self.forgotten) * self.samples_per_insert - self.sampled
+
+    def can_insert(self, count: int = 1) -> bool:
+        """Whether `count` more items may go in now."""
+        if not self.enabled:
+            return True
+        spi = self.samples_per_insert
+        return self._diff() + count * spi <= (self.min_size + self.tolerance) * spi
+
+    def can_sample(self, batch_size: int) -> bool:
+        """Whether a batch of `batch_size` may be drawn now."""
+        if self.inserted - self.forgotten < self.min_size:
+            return False
+        if not self.enabled:
+            return True
+        spi = self.samples_per_insert
+        return self._diff() - batch_size >= (self.min_size - self.tolerance) * spi
+
+    def insert(self, count: int = 1) -> None:
+        """Count `count` items inserted."""
+        self.inserted += int(count)
+
+    def sample(self, batch_size: int) -> None:
+        """Count one batch of `batch_size` drawn."""
+        self.sampled += int(batch_size)
+
+    def forget(self, count: int) -> None:
+        """Count `count` items that left the store unsampled (stale or overwritten)."""
+        self.forgotten += int(count)
+
+    @property
+    def achieved(self) -> float:
+        """Samples drawn per item inserted so far (nan before any insert)."""
+        return self.sampled / self.inserted if self.inserted else float("nan")

@@ -13,6 +13,15 @@ parameter server or replay is down, the agents keep stepping: a failed fetch kee
 current policy and is retried at the next due fetch, experience that cannot be sent is dropped
 and counted. Both show in the log, in tensorplex (`agent/fetch_failures`, `agent/items_dropped`)
 and in the progress file.
+
+Replay that is up but holds inserts back (its rate limiter: the learner has not sampled enough
+yet) is different: the agents wait for it, in state `waiting` with a message saying so, and
+count the time (`agent/replay_wait_fraction`, `replay_wait_seconds` in the progress file).
+
+Every item carries `param_version`, the iteration of the parameters that acted (the learner
+measures and bounds policy lag with it). Scalars are reported against the experiment's global
+env steps as the newest parameters state them (the one x axis; the agent's own steps before
+the first parameters arrive).
 """
 
 from __future__ import annotations
@@ -82,7 +91,9 @@ class AgentsRole(RoleBase):
             flush_iteration=spec.agents.flush_iteration,
             timeout=spec.ps.timeout_seconds,
             source=ctx.process,
+            wait_hook=self._wait_for_replay,
         )
+        self._version_stamp = np.array(-1, dtype=np.int64)
         self.schedule = FetchSchedule(spec.agents.fetch_mode, spec.agents.fetch_interval)
         self.steps_per_agent = {aid: 0 for aid in self.agent_ids}
         self.steps_left = {  # this run's allowance: the share less what earlier runs took
@@ -111,6 +122,30 @@ class AgentsRole(RoleBase):
             log.info("parameter server reachable again")
         self._fetch_down = False
 
+    def _wait_for_replay(self, waited: float) -> bool:
+        """While replay holds inserts back: say so in the progress file; keep waiting unless
+        stopping."""
+        if self.progress.due():
+            self._update_progress()
+            self.progress.write(
+                "waiting",
+                f"replay is ahead of the learner (rate limiter): waiting, {waited:.1f}s so far",
+            )
+        return not self.stop.is_set()
+
+    @property
+    def global_env_steps(self) -> int:
+        """The experiment's env steps as the newest parameters state them (else our own)."""
+        info = self.params.info
+        if info is not None and info.env_steps >= 0:
+            return max(info.env_steps, self.progress_steps)
+        return self.progress_steps
+
+    @property
+    def progress_steps(self) -> int:
+        """This process's cumulative env steps (previous runs included)."""
+        return int(self.progress.base["env_steps"]) + self.total_steps
+
     @property
     def param_version(self) -> int:
         """Iteration of the parameters the actors use (-1: initial weights)."""
@@ -123,6 +158,7 @@ class AgentsRole(RoleBase):
             return
         for slot in self.slots:
             slot.actor.load_parameters(params)
+        self._version_stamp = np.array(self.param_version, dtype=np.int64)
         if self.params.updates == 1:
             log.info("first parameters received (iteration %d)", self.param_version)
 
@@ -154,6 +190,9 @@ class AgentsRole(RoleBase):
             )
             t3 = clock()
             if items:
+                for item in items:
+                    item["param_version"] = self._version_stamp
+                self.sender.env_steps = self.progress_steps
                 self.sender.send(items)
             t4 = clock()
             split["inference"] += t1 - t0
@@ -185,9 +224,9 @@ class AgentsRole(RoleBase):
             spec.agents.fetch_mode,
         )
         self.wait_for_parameters()
-        self.progress.write("running")
+        self.progress.write("running", "")
         report = Every(spec.session.metrics.agent_interval_seconds)
-        step_rate, item_rate = RateMeter(), RateMeter()
+        step_rate, item_rate, wait_rate = RateMeter(), RateMeter(), RateMeter()
         started = True
         while not self.stop.is_set():
             if self.budget_spent():
@@ -200,11 +239,13 @@ class AgentsRole(RoleBase):
             started = self.step(started)
             if report():
                 self._report(
-                    step_rate.rate(self.total_steps), item_rate.rate(self.sender.sent_items)
+                    step_rate.rate(self.total_steps),
+                    item_rate.rate(self.sender.sent_items),
+                    wait_rate.rate(self.sender.waited_seconds),
                 )
             if self.progress.due():
                 self._update_progress()
-                self.progress.write()
+                self.progress.write("running", "")
 
     def budget_spent(self) -> bool:
         """True once every agent of this process took its share of `session.maxEnvSteps`."""
@@ -218,14 +259,15 @@ class AgentsRole(RoleBase):
         """Env steps of this run, over all agents of the process."""
         return sum(self.steps_per_agent.values())
 
-    def _report(self, steps_per_s: float, items_per_s: float) -> None:
+    def _report(self, steps_per_s: float, items_per_s: float, wait_fraction: float) -> None:
         per_agent = steps_per_s / max(1, len(self.agent_ids))
+        step = self.global_env_steps
         for aid in self.agent_ids:
             values: dict[str, float] = {"agent/env_steps_per_s": per_agent}
             if self.returns[aid]:
                 values["charts/episodic_return"] = float(np.mean(self.returns[aid]))
                 self.returns[aid].clear()
-            self.report(values, self.steps_per_agent[aid], index=aid)
+            self.report(values, step, index=aid)
         info = self.params.info
         self.report(
             {
@@ -234,8 +276,9 @@ class AgentsRole(RoleBase):
                 "agent/fetch_failures": self.params.failures,
                 "agent/param_version": self.param_version,
                 "agent/param_age_s": time.time() - info.time if info else -1.0,
+                "agent/replay_wait_fraction": min(1.0, wait_fraction),
             },
-            self.total_steps,
+            step,
         )
         self.progress.update(
             rates={"env_steps_per_s": steps_per_s, "items_sent_per_s": items_per_s}
@@ -251,6 +294,7 @@ class AgentsRole(RoleBase):
             extra={
                 "items_sent": self.sender.sent_items,
                 "items_dropped": self.sender.dropped_items,
+                "replay_wait_seconds": round(self.sender.waited_seconds, 3),
                 "replay_reachable": self.sender.healthy,
                 "fetch_failures": self.params.failures,
                 "parameter_server_reachable": not self._fetch_down,

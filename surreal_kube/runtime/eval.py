@@ -1,11 +1,14 @@
 """Role `eval`: runs the newest policy without exploration and reports its returns.
 
 Every `evals.intervalSeconds` an evaluator fetches the newest parameters and plays
-`evals.episodes` episodes, deterministic (mean action) or stochastic per `evals.mode`. The mean
-return goes to tensorplex (`charts/eval_return`, binned under `evals/`) and to the progress file
-(`last_return`), which the local backend reports and the learner uses to keep its best
-checkpoints. With `evals.recordVideo`, the first episode of each run is written to
-`<experiment>/videos/<process>/iter-<iteration>.mp4`.
+`evals.episodes` episodes (5 by default: one deterministic episode is too noisy to steer by),
+deterministic (mean action) or stochastic per `evals.mode`. The mean and standard deviation of the
+returns go to tensorplex (`charts/eval_return`, `charts/eval_return_std`, binned under `evals/`,
+against the global env steps the evaluated parameters were published at) and to the progress file
+(`last_return`, `last_return_std`, `last_returns`, with `param_version` and `param_env_steps` of
+the parameters evaluated), which the local backend draws and the learner uses to keep the
+weights that earned the best scores. With `evals.recordVideo`, the first episode of each run is
+written to `<experiment>/videos/<process>/iter-<iteration>.mp4`.
 
 SIGUSR1 asks for a final evaluation: the evaluator finishes the episode it is playing, fetches
 the newest parameters, evaluates them once more and exits. The local backend sends it when an
@@ -64,6 +67,9 @@ class EvalRole(RoleBase):
         self.env_steps = 0
         self.episodes = 0
         self.evaluations = 0
+        self.last_returns: list[float] = []
+        self.evaluated: tuple[int, int] = (-1, -1)
+        """(parameter version, global env steps) of the parameters of the newest evaluation."""
         self.final = threading.Event()
         """Set by SIGUSR1: evaluate the newest parameters once more, then exit."""
         if threading.current_thread() is threading.main_thread():
@@ -112,6 +118,7 @@ class EvalRole(RoleBase):
             self.actor.load_parameters(params)
         if self.params.info is None:
             return None
+        info = self.params.info
         returns = []
         for k in range(self.ctx.spec.evals.episodes):
             video = None
@@ -124,6 +131,8 @@ class EvalRole(RoleBase):
                 return None
             returns.append(ret)
         self.evaluations += 1
+        self.last_returns = returns
+        self.evaluated = (info.iteration, info.env_steps)
         self.last_return = float(np.mean(returns))
         return self.last_return
 
@@ -145,16 +154,26 @@ class EvalRole(RoleBase):
                 log.info("final evaluation requested")
             result = self.evaluate()
             if result is not None:
+                version, steps = self.evaluated
+                std = float(np.std(self.last_returns))
                 log.info(
-                    "%s %d: return %.2f (parameters of iteration %d)",
+                    "%s %d: return %.2f ± %.2f over %d episode(s) (parameters of iteration %d, "
+                    "%d env steps)",
                     "final evaluation" if final else "evaluation",
                     self.evaluations,
                     result,
-                    self.param_version,
+                    std,
+                    len(self.last_returns),
+                    version,
+                    steps,
                 )
                 self.report(
-                    {"charts/eval_return": result, "eval/param_version": self.param_version},
-                    max(self.param_version, 0),
+                    {
+                        "charts/eval_return": result,
+                        "charts/eval_return_std": std,
+                        "eval/param_version": version,
+                    },
+                    max(steps, 0),
                 )
             self._update_progress()
             self.progress.write()
@@ -178,7 +197,10 @@ class EvalRole(RoleBase):
             episodes=self.episodes,
             evaluations=self.evaluations,
             last_return=self.last_return,
-            param_version=self.param_version,
+            last_return_std=float(np.std(self.last_returns)) if self.last_returns else None,
+            last_returns=self.last_returns,
+            param_version=self.evaluated[0] if self.evaluations else self.param_version,
+            param_env_steps=self.evaluated[1] if self.evaluations else None,
             extra={"fetch_failures": self.params.failures},
         )
 

@@ -6,16 +6,32 @@ On start the learner restores the newest checkpoint of `<experiment>/checkpoints
 if there is one (iteration and optimizer state included), so a restarted learner resumes where it
 left off, and publishes its parameters at once so that agents never wait for a first update.
 Checkpoints follow `session.checkpoint` (every `period` iterations, at least `minIntervalSeconds`
-apart, newest `keepHistory` and best `keepBest` by evaluation return kept) and one more is written
-on SIGTERM. The evaluation return comes from the evals' progress files when the learner can see
-them (a shared experiment folder, as in the local backend).
+apart, newest `keepHistory` kept) and one more is written on SIGTERM.
+
+Best policies (`keepBest`): the learner keeps the parameters of its recent publications in
+memory; when an evaluator reports a score for parameter version V (its progress file, when the
+learner can see it: a shared experiment folder, as in the local backend), the parameters of
+version V, the weights that earned the score, are saved as `policy.<V>.ckpt` with that score,
+and the best `keepBest` are kept.
+
+Policy lag: every item carries the version of the parameters that produced it. The learner
+measures lag = its iteration - that version for every item it learns from (mean and p95 per
+report, in TensorBoard under `lag/`, and in its progress file) and, for on-policy algorithms,
+drops items beyond `algorithm.maxPolicyLag` (shards drop most of them before serving; the
+learner catches what aged in flight). Counters from the shards (inserted, sampled, overwritten,
+stale) arrive with every batch. The global env steps (sum over agents, from the shards) is the
+step of every scalar and travels with the published parameters, so agents and evals report
+against it too.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections import defaultdict
+from collections import OrderedDict, defaultdict, deque
+from typing import Any
+
+import numpy as np
 
 from surreal_kube.comm.parameters import ParameterPublisher
 from surreal_kube.comm.sampling import Prefetcher
@@ -28,6 +44,23 @@ log = logging.getLogger(__name__)
 
 PUBLISH_MIN_INTERVAL = 0.1
 """Seconds between publications: fast off-policy learners publish at most 10 times a second."""
+SNAPSHOT_BYTES = 128 << 20
+"""Memory for the parameters of recent publications (to save the exact ones an eval scored)."""
+ON_POLICY_PREFETCH = 2
+"""On-policy learners keep at most this many batches requested or waiting: each one ahead ages."""
+LAG_WINDOW = 100_000
+"""Item lags kept for the percentiles of one report."""
+
+
+def lag_summary(lags: np.ndarray) -> dict[str, float]:
+    """Mean, p95 and max of item lags (learner iterations)."""
+    if lags.size == 0:
+        return {}
+    return {
+        "mean": float(lags.mean()),
+        "p95": float(np.percentile(lags, 95)),
+        "max": float(lags.max()),
+    }
 
 
 class LearnerRole(RoleBase):
@@ -36,8 +69,13 @@ class LearnerRole(RoleBase):
     def __init__(self, ctx: RoleContext, stop: StopFlag | None = None) -> None:
         super().__init__(ctx, stop)
         from surreal_kube.envs import env_spaces
-        from surreal_kube.rl.factory import learner_batch_size, make_learner
-        from surreal_kube.session.checkpoint import PeriodicCheckpoint
+        from surreal_kube.rl.factory import (
+            learner_batch_size,
+            make_learner,
+            max_policy_lag,
+            rate_limit,
+        )
+        from surreal_kube.session.checkpoint import Checkpoint, PeriodicCheckpoint
 
         spec = ctx.spec
         self.progress = ProgressFile(ctx.experiment_dir, ctx.experiment, ctx.process, ctx.role)
@@ -50,28 +88,126 @@ class LearnerRole(RoleBase):
             period=c.period,
             min_interval=c.min_interval_seconds,
             keep_history=c.keep_history,
-            keep_best=c.keep_best,
+            keep_best=0,
         )
+        self.best = Checkpoint(
+            ctx.folder("checkpoints"), "policy", keep_history=0, keep_best=c.keep_best
+        )
+        self.global_env_steps = 0
         restored = self.checkpoint.restore_latest()
         if restored is not None:
             self.learner.load_state_dict(restored.state)
+            self.global_env_steps = int(restored.meta.get("extra", {}).get("global_env_steps", 0))
             log.info("resumed from %s at iteration %d", restored.path.name, self.learner.iteration)
         self.resumed_from = self.learner.iteration
         self.batch_size = learner_batch_size(spec)
         self.publisher = ParameterPublisher(ctx.bind("parameter-publish"))
+        on_policy = spec.replay.kind == "fifo"
+        self.max_lag = max_policy_lag(spec)
         self.prefetcher = Prefetcher(
             ctx.addr("replay-sampler"),
             self.batch_size,
-            depth=spec.replay.prefetch,
-            on_policy=spec.replay.kind == "fifo",
+            depth=min(spec.replay.prefetch, ON_POLICY_PREFETCH)
+            if on_policy
+            else spec.replay.prefetch,
+            on_policy=on_policy,
         )
+        self.prefetcher.max_lag = self.max_lag
+        self.prefetcher.version = self.learner.iteration
+        self.target_spi = rate_limit(spec)[0]
         self.eval_return: float | None = None
+        self.eval_seen: dict[str, int] = {}
+        self.snapshots: OrderedDict[int, dict[str, np.ndarray]] = OrderedDict()
+        self._snapshot_bytes = 0
         self.items = 0
         self.wait_seconds = 0.0
+        self.stale_dropped = 0
+        self.shard_stats: dict[int, dict[str, Any]] = {}
+        self._lags: deque[np.ndarray] = deque()
+        self._lag_count = 0
+        self.lag_total = {"sum": 0.0, "n": 0}
+        self.last_lag: dict[str, float] = {}
 
     def publish(self) -> None:
-        """Publish the current parameters (tagged with the learner iteration)."""
-        self.publisher.publish(self.learner.parameters(), self.learner.iteration)
+        """Publish the current parameters (tagged with the iteration and global env steps)."""
+        params = self.learner.parameters()
+        self.publisher.publish(
+            params, self.learner.iteration, copy=False, env_steps=self.global_env_steps
+        )
+        self._snapshot(self.learner.iteration, params)
+
+    def _snapshot(self, version: int, params: dict[str, np.ndarray]) -> None:
+        """Remember published parameters, newest first out of memory last (see SNAPSHOT_BYTES)."""
+        if version in self.snapshots:
+            return
+        self.snapshots[version] = params
+        self._snapshot_bytes += sum(a.nbytes for a in params.values())
+        while self._snapshot_bytes > SNAPSHOT_BYTES and len(self.snapshots) > 1:
+            _, old = self.snapshots.popitem(last=False)
+            self._snapshot_bytes -= sum(a.nbytes for a in old.values())
+
+    # -- batches ---------------------------------------------------------------------------------
+
+    def _take_stats(self, meta: dict[str, Any]) -> None:
+        """Counters a shard sent with its batch; the global env steps among them."""
+        shard, stats = meta.get("shard"), meta.get("stats")
+        if not isinstance(shard, int) or not isinstance(stats, dict):
+            return
+        self.shard_stats[shard] = stats
+        steps = stats.get("steps")
+        if isinstance(steps, int) and steps > self.global_env_steps:
+            # every shard hears from every agent: the largest count is the most recent
+            self.global_env_steps = steps
+
+    def _check_lag(self, arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray] | None:
+        """Measure the items' policy lag; drop those beyond the bound (on-policy). None: all."""
+        versions = arrays.get("param_version")
+        if versions is None:
+            return arrays
+        lags = self.learner.iteration - versions.astype(np.int64)
+        if self.max_lag is not None:
+            keep = lags <= self.max_lag
+            if not keep.all():
+                self.stale_dropped += int((~keep).sum())
+                if not keep.any():
+                    return None
+                arrays = {k: v[keep] for k, v in arrays.items()}
+                lags = lags[keep]
+        self._lags.append(lags)
+        self._lag_count += lags.size
+        while self._lag_count > LAG_WINDOW and len(self._lags) > 1:
+            self._lag_count -= self._lags.popleft().size
+        self.lag_total["sum"] += float(lags.sum())
+        self.lag_total["n"] += int(lags.size)
+        return arrays
+
+    def _lag_report(self) -> dict[str, float]:
+        lags = np.concatenate(list(self._lags)) if self._lags else np.zeros(0, np.int64)
+        self._lags.clear()
+        self._lag_count = 0
+        summary = lag_summary(lags)
+        if summary:
+            self.last_lag = summary
+        return {f"lag/{k}": v for k, v in summary.items()}
+
+    def replay_totals(self) -> dict[str, float]:
+        """Inserted, sampled, overwritten and stale items over all shards, and the ratios."""
+        totals = {
+            key: float(sum(s.get(key, 0) for s in self.shard_stats.values()))
+            for key in ("ins", "smp", "ovw", "stale", "blocked")
+        }
+        return {
+            "inserted": totals["ins"],
+            "sampled": totals["smp"],
+            "overwritten": totals["ovw"],
+            "stale_dropped": totals["stale"] + self.stale_dropped,
+            "samples_per_insert": totals["smp"] / totals["ins"] if totals["ins"] else float("nan"),
+            "target_samples_per_insert": self.target_spi,
+            "insert_blocked_seconds": totals["blocked"],
+            "shard_restarts": float(
+                sum(int(s.get("restarts", 0)) for s in self.shard_stats.values())
+            ),
+        }
 
     def run(self) -> None:
         """Learn until stopped."""
@@ -107,7 +243,12 @@ class LearnerRole(RoleBase):
                 continue
             if self.learner.iteration == self.resumed_from:
                 log.info("first batch received; learning")
-            stats = self.learner.learn(msg.arrays)
+            self._take_stats(msg.meta)
+            arrays = self._check_lag(msg.arrays)
+            if arrays is None:
+                continue  # every item beyond the policy-lag bound
+            stats = self.learner.learn(arrays)
+            self.prefetcher.version = self.learner.iteration
             priorities = getattr(self.learner, "last_priorities", None)
             if priorities is not None and "indices" in msg.arrays and "shard" in msg.meta:
                 self.prefetcher.update_priorities(
@@ -124,19 +265,25 @@ class LearnerRole(RoleBase):
                 published_iteration = self.learner.iteration
                 last_publish = time.monotonic()
             self.checkpoint.save(
-                self.learner.state_dict, self.learner.iteration, score=self.eval_return
+                self.learner.state_dict,
+                self.learner.iteration,
+                extra={"global_env_steps": self.global_env_steps},
             )
             if report():
                 values = {k: v / count for k, v in sums.items()}
+                replay = self.replay_totals()
                 values.update(
                     {
                         "learner/iterations_per_s": iter_rate.rate(self.learner.iteration),
                         "learner/items_per_s": item_rate.rate(self.items),
                         "learner/prefetch_queue": self.prefetcher.qsize,
                         "learner/published_iteration": published_iteration,
+                        "learner/global_env_steps": self.global_env_steps,
+                        **self._lag_report(),
+                        **{f"replay/{k}": v for k, v in replay.items()},
                     }
                 )
-                self.report(values, self.learner.iteration)
+                self.report(values, self.global_env_steps)
                 self.progress.update(
                     rates={
                         "iterations_per_s": values["learner/iterations_per_s"],
@@ -150,7 +297,12 @@ class LearnerRole(RoleBase):
     def _maybe_progress(self, state: str, message: str) -> None:
         if not self.progress.due():
             return
-        self.eval_return = self._read_eval_return()
+        self.eval_return = self._read_evals()
+        replay = self.replay_totals()
+        restarted = int(replay["shard_restarts"])
+        if restarted and not message:
+            message = f"replay shards restarted {restarted} time(s) and started empty"
+        lag_n = self.lag_total["n"]
         self.progress.update(
             iteration=self.learner.iteration,
             param_version=self.publisher.info.iteration if self.publisher.info else -1,
@@ -161,19 +313,51 @@ class LearnerRole(RoleBase):
                 "batches_received": self.prefetcher.received,
                 "sample_wait_seconds": round(self.wait_seconds, 3),
                 "resumed_from_iteration": self.resumed_from,
+                "global_env_steps": self.global_env_steps,
+                "policy_lag": {
+                    **self.last_lag,
+                    "mean_all": self.lag_total["sum"] / lag_n if lag_n else None,
+                    "bound": self.max_lag,
+                },
+                "replay": {k: _finite_or_none(v) for k, v in replay.items()},
             },
         )
         self.progress.write(state, message)
 
-    def _read_eval_return(self) -> float | None:
-        """Mean of the evals' newest returns, from their progress files (if visible)."""
+    def _read_evals(self) -> float | None:
+        """Mean of the evals' newest returns, from their progress files (if visible).
+
+        A new evaluation of a version whose parameters are still in memory is saved as a best
+        policy candidate (see the module docstring).
+        """
         returns = []
         for path in (self.ctx.experiment_dir / "status").glob("evals-*.json"):
             data = read_status(path)
             value = data.get("last_return") if data else None
-            if isinstance(value, (int, float)):
-                returns.append(float(value))
+            if not isinstance(value, (int, float)) or data is None:
+                continue
+            returns.append(float(value))
+            count, version = data.get("evaluations"), data.get("param_version")
+            if isinstance(count, int) and count != self.eval_seen.get(path.stem):
+                self.eval_seen[path.stem] = count
+                if isinstance(version, int):
+                    self._keep_if_best(version, float(value))
         return sum(returns) / len(returns) if returns else self.eval_return
+
+    def _keep_if_best(self, version: int, score: float) -> None:
+        if self.best.keep_best <= 0:
+            return
+        best = self.best.best()
+        if len(best) >= self.best.keep_best and score <= best[self.best.keep_best - 1].score:
+            return
+        params = self.snapshots.get(version)
+        if params is None:
+            log.info("no parameters of version %d in memory for its score %.1f", version, score)
+            return
+        import torch
+
+        state = {k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in params.items()}
+        self.best.save(state, version, score=score, extra={"parameter_version": version})
 
     def close(self) -> None:
         """Checkpoint and publish once more, then close everything."""
@@ -189,7 +373,7 @@ class LearnerRole(RoleBase):
                 path = self.checkpoint.save(
                     self.learner.state_dict,
                     self.learner.iteration,
-                    score=self.eval_return,
+                    extra={"global_env_steps": self.global_env_steps},
                     force=True,
                 )
                 log.info("checkpoint written: %s", path)
@@ -198,3 +382,7 @@ class LearnerRole(RoleBase):
             self.progress.write("stopped", "")
             self.publisher.close()
             super().close()
+
+
+def _finite_or_none(value: float) -> float | None:
+    return value if np.isfinite(value) else None

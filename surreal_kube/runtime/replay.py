@@ -11,6 +11,15 @@ load balancer binds the sampler and its backend, shards connect to the backend a
 requests only when they can serve them (credits), so the start condition
 (`replay.startSampling` items) is evaluated by each shard, without polling, and shards can be
 added without the load balancer knowing their addresses.
+
+Each shard holds the ratio of samples to inserts (`replay.samplesPerInsert`, with
+`replay.rateTolerance`; defaults per algorithm, see `surreal_kube.rl.factory.rate_limit`): while
+inserts are ahead, the shard stops reading its collector, the agents' sends wait (and the agents
+say so in their status); while samples are ahead, requests wait. On-policy shards also drop
+experience older than the policy-lag bound a request names (`algorithm.maxPolicyLag`). Every
+reply carries the shard's counters, so the learner reports inserted, sampled, overwritten and
+stale items, the achieved ratio and the global env steps. A restarted shard starts empty (replay
+is not checkpointed) and says so in its log, its status file and its counters.
 """
 
 from __future__ import annotations
@@ -29,6 +38,7 @@ from surreal_kube.runtime.base import RoleBase
 from surreal_kube.runtime.context import RoleContext
 from surreal_kube.runtime.lifecycle import Every, RateMeter, StopFlag
 from surreal_kube.runtime.ring import BatchStore, ColumnarRing, ItemBufferAdapter, LayoutError
+from surreal_kube.runtime.status import ProgressFile
 
 log = logging.getLogger(__name__)
 
@@ -93,8 +103,28 @@ class ReplayShard(RoleBase):
         self, ctx: RoleContext, stop: StopFlag | None = None, *, store: BatchStore | None = None
     ) -> None:
         super().__init__(ctx, stop)
+        from surreal_kube.rl.factory import learner_batch_size, rate_limit
+        from surreal_kube.rl.replay import SampleToInsertRatio
+
         spec = ctx.spec.replay
         self.start_sampling = spec.start_sampling
+        spi, tolerance = rate_limit(ctx.spec)
+        self.limiter = SampleToInsertRatio(
+            spi, spec.start_sampling, tolerance, learner_batch_size(ctx.spec)
+        )
+        self.stale_dropped = 0
+        self.insert_blocked_seconds = 0.0
+        self._blocked_since: float | None = None
+        self.progress = ProgressFile(ctx.experiment_dir, ctx.experiment, ctx.process, ctx.role)
+        self.restarts = int(self.progress.data["restarts"])
+        if self.restarts:
+            log.warning(
+                "replay shard %d restarted (%d time(s)) and starts empty: replay is not "
+                "checkpointed, so sampling waits for %d items again",
+                ctx.index,
+                self.restarts,
+                spec.start_sampling,
+            )
         self.store = store or make_store(
             spec.kind,
             spec.capacity,
@@ -122,31 +152,94 @@ class ReplayShard(RoleBase):
         """The start condition: enough items to serve (FIFO also needs a whole batch)."""
         return len(self.store) >= max(self.start_sampling, batch_size, 1)
 
+    def can_serve(self, batch_size: int) -> bool:
+        """Start condition and rate limiter both allow a batch of `batch_size` now."""
+        return self.ready(batch_size) and self.limiter.can_sample(batch_size)
+
+    @property
+    def overwritten(self) -> int:
+        """Items the store dropped unsampled because it was full."""
+        return int(getattr(self.store, "overwritten", 0))
+
+    def stats(self) -> dict[str, int | float]:
+        """The counters every reply carries (see `comm.sampling`)."""
+        return {
+            "ins": self.limiter.inserted,
+            "smp": self.limiter.sampled,
+            "ovw": self.overwritten,
+            "stale": self.stale_dropped,
+            "steps": self.receiver.env_steps,
+            "restarts": self.restarts,
+            "blocked": round(self.insert_blocked_seconds, 3),
+        }
+
+    def _insert_open(self) -> bool:
+        """Whether the limiter lets experience in; tracks the time it held inserts back."""
+        open_ = self.limiter.can_insert(1)
+        now = time.monotonic()
+        if open_ and self._blocked_since is not None:
+            self.insert_blocked_seconds += now - self._blocked_since
+            self._blocked_since = None
+        elif not open_ and self._blocked_since is None:
+            self._blocked_since = now
+        return open_
+
+    def _take_experience(self) -> None:
+        for _ in range(DRAIN_PER_LOOP):
+            if not self._insert_open():
+                return
+            got = self.receiver.recv()
+            if got is None:
+                return
+            before = self.overwritten
+            try:
+                self.store.add_batch(*got)
+            except (LayoutError, ValueError) as exc:
+                self.layout_errors += 1
+                if self.layout_errors == 1 or self.layout_errors % 1000 == 0:
+                    log.warning("dropping experience that does not fit the store: %s", exc)
+                continue
+            self.limiter.insert(got[1])
+            if self.ctx.spec.replay.kind == "fifo":
+                # what a FIFO overwrites was never sampled: it must not hold inserts back
+                self.limiter.forget(self.overwritten - before)
+
+    def _drop_stale(self, meta: dict[str, Any]) -> None:
+        version, max_lag = meta.get("version"), meta.get("max_lag")
+        discard = getattr(self.store, "discard_oldest_below", None)
+        if not (isinstance(version, int) and isinstance(max_lag, int)) or discard is None:
+            return
+        n = discard("param_version", version - max_lag)
+        if n:
+            self.stale_dropped += n
+            self.limiter.forget(n)
+
     def step(self, timeout_ms: int = 100) -> None:
         """One turn of the loop: take experience, take requests, serve, hand out credits."""
+        # While the limiter holds inserts back, the collector is not polled (it would stay
+        # readable and spin the loop); its queue fills and the agents' sends wait.
+        self._poller.modify(self.receiver.sock, zmq.POLLIN if self._insert_open() else 0)
         events = dict(self._poller.poll(timeout_ms))
         if self.receiver.sock in events:
-            for _ in range(DRAIN_PER_LOOP):
-                got = self.receiver.recv()
-                if got is None:
-                    break
-                try:
-                    self.store.add_batch(*got)
-                except (LayoutError, ValueError) as exc:
-                    self.layout_errors += 1
-                    if self.layout_errors == 1 or self.layout_errors % 1000 == 0:
-                        log.warning("dropping experience that does not fit the store: %s", exc)
+            self._take_experience()
         if self.server.sock in events:
             while (req := self.server.recv_request()) is not None:
                 self.pending.append(req)
                 self.credits_out = max(0, self.credits_out - 1)
                 self._last_request = time.monotonic()
             self._apply_priorities()
-        while self.pending and self.ready(self.pending[0][1]):
-            client, size, meta = self.pending.popleft()
+        while self.pending:
+            client, size, meta = self.pending[0]
+            self._drop_stale(meta)
+            if not self.can_serve(size):
+                break
+            self.pending.popleft()
             batch = self.store.sample(size)
+            self.limiter.sample(size)
             self.server.reply(
-                client, {"id": meta.get("id"), "shard": self.ctx.index, "n": size}, batch
+                client,
+                {"id": meta.get("id"), "shard": self.ctx.index, "n": size, "stats": self.stats()},
+                batch,
             )
         if self.credits_out and time.monotonic() - self._last_request > REANNOUNCE_SECONDS:
             # The broker may have restarted and forgotten our credits: announce them again (it
@@ -183,14 +276,22 @@ class ReplayShard(RoleBase):
             self.ctx.spec.replay.capacity,
             self.start_sampling,
         )
+        if self.limiter.enabled:
+            log.info(
+                "rate limiter: %g samples per insert, tolerance %g items",
+                self.limiter.samples_per_insert,
+                self.limiter.tolerance,
+            )
         report, items_rate, served_rate = Every(self._period), RateMeter(), RateMeter()
         announced = False
+        self.progress.write("running", "started empty after a restart" if self.restarts else "")
         while not self.stop.is_set():
             self.step()
             if not announced and self.ready():
                 log.info("start condition met (%d items): serving samples", len(self.store))
                 announced = True
             if report():
+                achieved = self.limiter.achieved
                 self.report(
                     {
                         "replay/items_in_per_s": items_rate.rate(self.receiver.items),
@@ -201,12 +302,22 @@ class ReplayShard(RoleBase):
                         "replay/rejected_messages": self.receiver.rejects.total
                         + self.server.rejects.total
                         + self.layout_errors,
+                        "replay/overwritten": self.overwritten,
+                        "replay/stale_dropped": self.stale_dropped,
+                        "replay/samples_per_insert": achieved,
+                        "replay/insert_blocked_seconds": self.insert_blocked_seconds,
+                        "replay/restarts": self.restarts,
                     },
-                    self.receiver.items,
+                    self.receiver.env_steps or self.receiver.items,
                 )
+            if self.progress.due():
+                self.progress.update(extra=self.stats())
+                self.progress.write()
 
     def close(self) -> None:
         """Close both sockets."""
+        self.progress.update(extra=self.stats())
+        self.progress.write("stopped")
         self.receiver.close()
         self.server.close()
         super().close()

@@ -134,3 +134,75 @@ def test_sender_spreads_over_every_shard_and_skips_one_that_is_down():
         sender.close()
         for r in receivers:
             r.close()
+
+
+def _versioned(i: int, version: int) -> dict[str, np.ndarray]:
+    return {**_item(i), "param_version": np.array(version, np.int64)}
+
+
+def test_schema_2_items_carry_their_parameter_version_and_the_senders_steps():
+    addr = free_addr()
+    receiver = ExperienceReceiver(addr)
+    sender = ExperienceSender(addr, flush_iteration=2, source="agents-3")
+    push = make_socket(zmq.PUSH, connect=addr)
+    try:
+        sender.env_steps = 1234
+        sender.send([_versioned(0, 7), _versioned(1, 8)])
+        got = None
+        deadline = time.monotonic() + 5
+        while got is None and time.monotonic() < deadline:
+            got = receiver.recv(timeout_ms=100)
+        assert got is not None
+        assert got[0]["param_version"].tolist() == [7, 8]
+        assert receiver.steps_by_source == {"agents-3": 1234} and receiver.env_steps == 1234
+        # schema 2 without a valid version column is refused, not stored
+        for arrays in (
+            {"obs": np.zeros((2, 3), np.float32)},
+            {"obs": np.zeros((2, 3), np.float32), "param_version": np.zeros(2, np.float32)},
+        ):
+            push.send_multipart(wire.encode(wire.EXPERIENCE, {"n": 2, "x": 2}, arrays))
+        deadline = time.monotonic() + 5
+        while receiver.rejects.total < 2 and time.monotonic() < deadline:
+            assert receiver.recv(timeout_ms=100) is None
+        assert receiver.rejects.total == 2 and receiver.items == 2
+    finally:
+        push.close(0)
+        sender.close()
+        receiver.close()
+
+
+def test_sender_waits_for_a_replay_that_is_up_but_holds_inserts_back():
+    """A connected shard that stops reading (its rate limiter) makes agents wait, not drop."""
+    addr = free_addr()
+    pull = make_socket(zmq.PULL, bind=addr, rcvhwm=1)
+    calls: list[float] = []
+    stop_after = 1.0
+
+    def hook(waited: float) -> bool:
+        calls.append(waited)
+        return waited < stop_after
+
+    sender = ExperienceSender(addr, flush_iteration=1, timeout=0.3, hwm=1, wait_hook=hook)
+    try:
+        time.sleep(0.3)  # connected
+        started = time.monotonic()
+        big = {"obs": np.zeros((25, 4000), np.float32), "param_version": np.array(0, np.int64)}
+        for _ in range(2000):  # the queues and socket buffers fill, then sends wait in the hook
+            sender.send(big)
+            if calls:
+                break
+        assert calls, "the sender never waited"
+        took = time.monotonic() - started
+        # it waited well past its drop timeout (0.3 s), as long as the hook said so, then dropped
+        assert took >= stop_after and sender.waited_seconds >= stop_after * 0.9, took
+        assert sender.dropped_items == 1 and sender.healthy and not sender.waiting
+        sent = sender.sent_items
+        # replay reads again: the next send goes through without waiting
+        while pull.poll(100):
+            pull.recv_multipart()
+        before = len(calls)
+        sender.send(_versioned(99, 0))
+        assert sender.sent_items == sent + 1 and len(calls) == before
+    finally:
+        sender.close()
+        pull.close(0)

@@ -71,3 +71,46 @@ def test_prioritized_weights_do_not_collapse_when_one_item_is_unlikely():
     batch = r.sample(32)
     assert 0 not in batch["indices"]
     np.testing.assert_allclose(batch["weights"], 1.0, rtol=1e-6)
+
+
+def test_rate_limiter_holds_samples_per_insert_within_tolerance():
+    from surreal_kube.rl.replay import SampleToInsertRatio
+
+    limiter = SampleToInsertRatio(samples_per_insert=8.0, min_size=10, tolerance=5, batch_size=32)
+    inserted = 0
+    while limiter.can_insert():  # before sampling starts: min_size plus the tolerance
+        limiter.insert()
+        inserted += 1
+    assert inserted == 15
+    assert not limiter.can_sample(10_000)
+    # a fast producer and a slow consumer, alternating greedily: the ratio stays near 8
+    for _ in range(2000):
+        if limiter.can_sample(32):
+            limiter.sample(32)
+        elif limiter.can_insert():
+            limiter.insert()
+        else:
+            raise AssertionError("deadlock: neither side may move")
+    spi_after_start = limiter.sampled / (limiter.inserted - 10)
+    assert 7.0 < spi_after_start < 9.0, spi_after_start
+    off = SampleToInsertRatio(0, min_size=2, tolerance=1)
+    assert not off.enabled and off.can_insert(10**9) and not off.can_sample(1)
+    off.insert(2)
+    assert off.can_sample(10**9)
+
+
+def test_rate_limiter_forgets_items_that_left_unsampled():
+    from surreal_kube.rl.replay import SampleToInsertRatio
+
+    limiter = SampleToInsertRatio(samples_per_insert=1.0, min_size=4, tolerance=8, batch_size=4)
+    limiter.insert(12)
+    assert not limiter.can_insert()
+    limiter.forget(6)  # dropped as stale: they will never be sampled
+    assert limiter.can_insert()
+
+
+def test_rate_limiter_refuses_a_tolerance_with_no_room_for_a_batch():
+    from surreal_kube.rl.replay import SampleToInsertRatio
+
+    with pytest.raises(ValueError, match="no room for a batch of 512"):
+        SampleToInsertRatio(samples_per_insert=128, min_size=100, tolerance=2, batch_size=512)
