@@ -36,7 +36,7 @@ def _age(started: float | None) -> str:
 
 
 def _tidy(value: Any) -> Any:
-    """Machine output without float noise: seconds to 0.1, other floats to 4 significant digits."""
+    """Machine output without float noise: times to 0.1 s, other floats to 3 decimals."""
     if isinstance(value, dict):
         return {
             k: round(v, 1)
@@ -47,7 +47,7 @@ def _tidy(value: Any) -> Any:
     if isinstance(value, list):
         return [_tidy(v) for v in value]
     if isinstance(value, float):
-        return float(f"{value:.4g}") if abs(value) < 1e4 else round(value, 1)
+        return round(value, 3)
     return value
 
 

@@ -53,15 +53,18 @@ def render_state(
     iteration = int(state.get("learner_iteration") or 0)
     elapsed = float(state.get("elapsed") or 0.0)
     eval_return = state.get("eval_return")
+    # Two short lines, not one long one: at 80 columns a label never parts from its value.
     header = Text.assemble(
         (f"{state.get('name', '?')}", "bold"),
         f"  {state.get('phase', '?')}",
         f"  elapsed {_fmt_duration(elapsed)}",
-        f"  env steps {steps:,}",
+    )
+    figures = Text.assemble(
+        f"env steps {steps:,}",
         f"  learner iter {iteration:,}",
         "  eval return " + (f"{eval_return:.1f}" if isinstance(eval_return, int | float) else "-"),
     )
-    parts: list[Any] = [header]
+    parts: list[Any] = [header, figures]
     if rates is not None:
         sps = rates.update("steps", steps)
         ips = rates.update("iters", iteration)

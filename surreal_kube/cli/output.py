@@ -7,7 +7,8 @@ the same way:
   one is refused with the valid list, before anything else runs.
 - Tables are rich tables on a terminal and plain, unwrapped, space-aligned columns otherwise
   (like kubectl), so `| grep` and `| awk` see whole words.
-- Consoles that do not write to a terminal never wrap: a line in a pipe or a log file is whole.
+- Consoles that do not write to a terminal never wrap: a line in a pipe or a log file is whole;
+  on a terminal rich wraps at word boundaries, never inside a word.
 """
 
 from __future__ import annotations
@@ -40,10 +41,14 @@ class _LazyConsole:
         if self._console is None:
             from rich.console import Console
 
-            probe = Console(stderr=self._stderr)
-            width = None if probe.is_terminal else _PIPE_WIDTH
+            # On a terminal rich wraps at word boundaries and knows how many rows a live view
+            # takes (a terminal-wrapped line would break its redraw); in a pipe nothing wraps.
+            tty = Console(stderr=self._stderr).is_terminal
             self._console = Console(
-                stderr=self._stderr, soft_wrap=True, highlight=False, width=width
+                stderr=self._stderr,
+                soft_wrap=not tty,
+                highlight=False,
+                width=None if tty else _PIPE_WIDTH,
             )
         return self._console
 

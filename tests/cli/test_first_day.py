@@ -58,6 +58,8 @@ def fake_local_experiment(root: Path, name: str, *, results: bool = True) -> Pat
     folder = root / name
     (folder / "results").mkdir(parents=True)
     (folder / "checkpoints").mkdir()
+    (folder / "logs").mkdir()
+    (folder / "tensorboard").mkdir()
     cfg = subprocess.run(
         [*SK, "config", name, "--num-agents", "1"], capture_output=True, text=True, check=True
     )
@@ -412,3 +414,59 @@ def test_logs_suggests_the_process_meant(tmp_path: Path) -> None:
     res = run("logs", "exp-l", "lerner", "--local", home=tmp_path)
     assert res.returncode == 2
     assert res.stderr.strip() == "error: no process 'lerner' in exp-l; did you mean 'learner'?"
+
+
+# ------------------------------------------------------------ 12: real runs
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def listening(port: int) -> bool:
+    with socket.socket() as s:
+        return s.connect_ex(("127.0.0.1", port)) == 0
+
+
+@pytest.mark.slow
+def test_tb_on_a_second_port_keeps_the_first_and_delete_stops_both(tmp_path: Path) -> None:
+    fake_local_experiment(tmp_path / "exps", "exp-tb")
+    first, second = free_port(), free_port()
+    try:
+        res = run("tb", "exp-tb", "--local", "--port", str(first), home=tmp_path)
+        assert res.returncode == 0, res.stderr
+        assert res.stdout == f"http://127.0.0.1:{first}/\n"
+        res = run("tb", "exp-tb", "--local", "--port", str(second), home=tmp_path)
+        assert res.returncode == 0, res.stderr
+        assert listening(first) and listening(second)  # the earlier one was not killed
+        res = run("tb", "exp-tb", "--local", home=tmp_path)
+        assert res.stdout in (f"http://127.0.0.1:{first}/\n", f"http://127.0.0.1:{second}/\n")
+    finally:
+        res = run("delete", "exp-tb", "--local", "--yes", home=tmp_path)
+    assert res.returncode == 0, res.stderr
+    assert not listening(first) and not listening(second)
+
+
+@pytest.mark.slow
+def test_create_in_a_pipe_prints_whole_lines_and_the_curve_once(tmp_path: Path) -> None:
+    root = tmp_path / "exps"
+    args = ["--algorithm", "ppo", "--env", "gym:CartPole-v1", "--num-agents", "1",
+            "--num-evals", "1", "--max-env-steps", "1500", "--set", "evals.intervalSeconds=2"]  # fmt: skip
+    res = run("create", "exp-pipe", "--root", str(root), *args, home=tmp_path,
+              extra={"COLUMNS": "80"})  # fmt: skip
+    try:
+        assert res.returncode == 0, res.stderr[-3000:]
+        picture = root.resolve() / "exp-pipe" / "results" / "learning_curve.png"
+        assert res.stdout == f"{picture}\n"  # the result, once, for scripts
+        assert str(picture) not in res.stderr  # not a second time on stderr
+        lines = res.stderr.splitlines()
+        summary = [line for line in lines if line.startswith("exp-pipe: succeeded")]
+        assert len(summary) == 1, res.stderr[-3000:]
+        assert summary[0].endswith(f"; results in {picture.parent}")  # whole, not cut at 80
+        assert "exp-pipe: Running" in lines  # phase changes as whole lines, no live view
+        assert not any(line.count("exp-pipe:") > 1 for line in lines)  # no two lines joined
+        assert "\x1b[" not in res.stderr  # no cursor movement or colours in a pipe
+    finally:
+        run("delete", "exp-pipe", "--root", str(root), "--yes", home=tmp_path)
