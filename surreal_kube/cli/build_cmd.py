@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -11,6 +11,9 @@ from surreal_kube.cli import spec_options as so
 from surreal_kube.cli.output import info, result
 from surreal_kube.cli.render_cmd import Profile
 from surreal_kube.errors import SpecError
+
+if TYPE_CHECKING:
+    from surreal_kube.launch.kube.images import ImagePlan
 
 
 def parse_build_args(pairs: list[str] | None) -> dict[str, str]:
@@ -61,6 +64,37 @@ def build(
             show_default=False,
         ),
     ] = None,
+    wheelhouse: Annotated[
+        Path | None,
+        typer.Option(
+            "--wheelhouse",
+            help="Folder of downloaded wheels reused by every build (default: "
+            "$SURREAL_KUBE_WHEELHOUSE or ~/.cache/surreal-kube/wheels).",
+            show_default=False,
+        ),
+    ] = None,
+    no_wheelhouse: Annotated[
+        bool,
+        typer.Option("--no-wheelhouse", help="Let pip inside the build download from its index."),
+    ] = False,
+    load: Annotated[
+        bool,
+        typer.Option("--load", help="Load the images into a node's containerd (like `kind load`)."),
+    ] = False,
+    containerd_address: Annotated[
+        str,
+        typer.Option(
+            "--containerd-address",
+            envvar="CONTAINERD_ADDRESS",
+            help="The node's containerd socket, for --load.",
+        ),
+    ] = "/run/containerd/containerd.sock",
+    ctr: Annotated[
+        str,
+        typer.Option(
+            "--ctr", envvar="SURREAL_KUBE_CTR", help="containerd's `ctr` command, for --load."
+        ),
+    ] = "ctr",
     dry_run: Annotated[
         bool, typer.Option("--dry-run", help="Only show what exists and what would be built.")
     ] = False,
@@ -79,9 +113,15 @@ def build(
 
     Prints one line per image: key, exact reference, status.
 
+    The packages pinned beside a Dockerfile (`runtime-cpu.requirements.txt`) come from a
+    wheelhouse on this machine, downloaded once by this machine's pip. The CPU image is also
+    tagged `<repository>:<version>`, the operator image the Helm chart names.
+
     Examples:
 
       surreal-kube build exp-ppo-ant
+
+      surreal-kube build exp-ppo-ant --load --containerd-address /run/containerd/containerd.sock
 
       surreal-kube build exp-ppo-ant --push --profile gke.yaml
     """
@@ -94,6 +134,13 @@ def build(
     registry = cluster.registry if cluster else None
     if push and kind:
         raise SpecError("--push and --kind-load exclude each other: push to a registry or load")
+    if load and (push or kind):
+        other = "--push" if push else "--kind-load"
+        raise SpecError(f"--load and {other} exclude each other: load into one place")
+    if wheelhouse is not None and no_wheelhouse:
+        raise SpecError("--wheelhouse and --no-wheelhouse exclude each other")
+    if load and not dry_run:
+        planner.check_containerd(containerd_address, ctr)  # before a long build, not after
     client = planner.docker_client(engine)
     plans = planner.plan_images(
         exp,
@@ -105,9 +152,32 @@ def build(
         build_args=parse_build_args(build_args),
     )
     if not dry_run:
-        plans = planner.build_images(plans, client, push=push, progress=info)
+        house = None if no_wheelhouse else (wheelhouse or planner.default_wheelhouse())
+        plans = planner.build_images(plans, client, push=push, progress=info, wheelhouse=house)
+        plans = [*plans, *_operator_image(plans, client, push=push)]
         if kind:
             plans = planner.load_into_kind(plans, kind, progress=info)
+        if load:
+            plans = planner.load_into_containerd(
+                plans, client, address=containerd_address, ctr=ctr, progress=info
+            )
         if not push and not kind and registry is None:
             info("note: no registry in the profile: the images exist in this engine only")
     result("".join(f"{p.key}\t{p.reference}\t{p.status}\n" for p in plans))
+
+
+def _operator_image(plans: list[ImagePlan], client: Any, *, push: bool) -> list[ImagePlan]:
+    """The CPU image tagged with this version (the chart's default operator image), if built."""
+    from dataclasses import replace
+    from importlib.metadata import version
+
+    from surreal_kube.launch.kube import images as planner
+
+    cpu = next((p for p in plans if p.key == "cpu" and p.status != "prebuilt"), None)
+    if cpu is None or not planner.exists_locally(client, cpu.reference):
+        return []  # prebuilt, or only in the registry: nothing here to tag
+    tagged = planner.release_tag(cpu, client, version("surreal-kube"))
+    if push:
+        planner.push_one(tagged, client, info)
+        tagged = replace(tagged, status="pushed")
+    return [tagged]

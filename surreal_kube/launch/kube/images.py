@@ -12,25 +12,53 @@ the same tag, so an unchanged image is never rebuilt and the rendered objects na
 
 The engine is anything speaking the Docker API (Docker, or `podman system service`), reached
 through the `docker` SDK: DOCKER_HOST or the default socket.
+
+Two ways of getting the packages in without the network of a pod or of a registry:
+
+    build_images(plans, client, wheelhouse=Path("~/.cache/surreal-kube/wheels"))
+        # a Dockerfile with `<name>.requirements.txt` beside it gets its pinned wheels from the
+        # host's wheelhouse (filled once by the host's pip), through a content-tagged wheels image
+    load_into_containerd(plans, client, address="/run/containerd/containerd.sock")
+        # like `kind load`: the built image goes into a node's containerd (namespace k8s.io)
 """
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
+import sys
 import tempfile
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Literal
 
-from surreal_kube.errors import LaunchError
+from surreal_kube.errors import LaunchError, SpecError
 from surreal_kube.experiment.spec import Experiment, ImageBuild
 from surreal_kube.launch.kube import buildcontext
 
 TAG_LENGTH = 16
 HASH_LABEL = "surreal.ai/content-hash"
 Status = Literal["prebuilt", "present", "missing", "built", "pushed", "loaded"]
+TRANSPORT_ARGS = frozenset({"WHEELS_IMAGE"})
+"""Build arguments that say where the bits come from, not what goes in: left out of the tag (the
+pinned requirements file, in the context, says what goes in)."""
+WHEELS_REPOSITORY = "surreal-kube/wheels"
+WHEELS_DOCKERFILE = "FROM scratch\nCOPY . /\n"
+"""Wheels at the root: the Dockerfile mounts the whole image at /wheels (an empty `scratch` too)."""
+PIP_TARGET = (
+    "--only-binary=:all:",
+    "--platform",
+    "manylinux_2_36_x86_64",  # Debian bookworm's glibc 2.36; pip also takes older manylinux tags
+    "--python-version",
+    "3.11",
+    "--implementation",
+    "cp",
+    "--abi",
+    "cp311",
+)
+"""The image's interpreter, so the wheelhouse fits the image whatever Python the host runs."""
 Progress = Callable[[str], None]
 
 
@@ -108,8 +136,9 @@ def plan_offline(
         assert spec.build is not None
         dockerfile = _resolve(base, spec.build.dockerfile)
         contexts = tuple(_resolve(base, c) for c in spec.build.context)
+        hashed = {k: v for k, v in args if k not in TRANSPORT_ARGS}
         try:
-            digest = buildcontext.content_hash(dockerfile, contexts, dict(args))
+            digest = buildcontext.content_hash(dockerfile, contexts, hashed)
         except LaunchError as exc:
             raise LaunchError(
                 f"spec.images.{key}: cannot compute the image tag: {exc} (paths are relative to "
@@ -222,14 +251,20 @@ def build_images(
     *,
     push: bool = False,
     progress: Progress | None = None,
+    wheelhouse: Path | None = None,
 ) -> list[ImagePlan]:
-    """Build every `missing` plan (and push it if `push`); returns the plans with new statuses."""
+    """Build every `missing` plan (and push it if `push`); returns the plans with new statuses.
+
+    With a `wheelhouse`, a plan whose Dockerfile has pinned requirements beside it
+    (`requirements_of`) installs them from wheels the host downloaded once (`with_wheels`), so
+    no build downloads a package twice and none needs an index from inside the engine.
+    """
     say = progress or (lambda _line: None)
     out = []
     for plan in plans:
         if plan.status == "missing":
             if not (push and exists_locally(client, plan.reference)):
-                build_one(plan, client, say)
+                build_one(with_wheels(plan, client, wheelhouse, say), client, say)
             plan = replace(plan, status="built")
             if push:
                 push_one(plan, client, say)
@@ -253,6 +288,9 @@ def build_one(plan: ImagePlan, client: Any, say: Progress) -> None:
                 custom_context=True,
                 dockerfile=buildcontext.DOCKERFILE_IN_CONTEXT,
                 tag=plan.reference,
+                # RUN steps (apt-get) reach package mirrors through the host's network: no
+                # bridge to set up in the engine, and nothing of it reaches the image.
+                network_mode="host",
                 rm=True,
                 forcerm=True,
                 pull=False,
@@ -322,4 +360,264 @@ def load_into_kind(
                 )
             plan = replace(plan, status="loaded")
         out.append(plan)
+    return out
+
+
+# -------------------------------------------------------------------------------- wheelhouse
+
+
+def requirements_of(dockerfile: Path) -> Path | None:
+    """`x/runtime-cpu.Dockerfile` -> `x/runtime-cpu.requirements.txt`, if that file exists.
+
+    Its lines are `name==version` pins: what the image's `pip install --no-deps` installs.
+    """
+    name = dockerfile.name
+    stem = name[: -len(".Dockerfile")] if name.endswith(".Dockerfile") else name
+    candidate = dockerfile.with_name(f"{stem}.requirements.txt")
+    return candidate if candidate.is_file() else None
+
+
+def read_pins(requirements: Path) -> dict[str, str]:
+    """Canonical package name -> pinned version; anything but `name==version` is an error."""
+    from packaging.requirements import InvalidRequirement, Requirement
+    from packaging.utils import canonicalize_name
+
+    pins: dict[str, str] = {}
+    for number, raw in enumerate(requirements.read_text(encoding="utf-8").splitlines(), 1):
+        line = raw.split("#", 1)[0].strip()
+        if not line:
+            continue
+        try:
+            req = Requirement(line)
+        except InvalidRequirement:
+            req = None
+        spec = list(req.specifier) if req else []
+        if req is None or len(spec) != 1 or spec[0].operator != "==" or req.extras:
+            raise LaunchError(
+                f"{requirements}:{number}: {line!r} is not a pin; each line must be name==version"
+            )
+        pins[canonicalize_name(req.name)] = spec[0].version
+    return pins
+
+
+def _wheels_in(wheelhouse: Path, pins: Mapping[str, str]) -> dict[str, list[Path]]:
+    from packaging.utils import InvalidWheelFilename, parse_wheel_filename
+    from packaging.version import Version
+
+    found: dict[str, list[Path]] = {}
+    for path in sorted(wheelhouse.glob("*.whl")):
+        try:
+            name, version, _build, _tags = parse_wheel_filename(path.name)
+        except InvalidWheelFilename:
+            continue
+        if name in pins and version == Version(pins[name]):
+            found.setdefault(name, []).append(path)
+    return found
+
+
+def fill_wheelhouse(
+    requirements: Path, wheelhouse: Path, progress: Progress | None = None
+) -> list[Path]:
+    """The wheel files of every pin, downloading only those the wheelhouse lacks.
+
+    The download is the host's `pip download` with pip's own configuration (index, certificates,
+    proxies), for the image's platform (PIP_TARGET); a warm wheelhouse never runs pip.
+    """
+    say = progress or (lambda _line: None)
+    pins = read_pins(requirements)
+    wheelhouse.mkdir(parents=True, exist_ok=True)
+    found = _wheels_in(wheelhouse, pins)
+    missing = sorted(set(pins) - set(found))
+    if missing:
+        say(f"downloading {len(missing)} of {len(pins)} wheels into {wheelhouse}")
+        cmd = [
+            sys.executable,
+            "-m",
+            "pip",
+            "download",
+            "--no-deps",
+            "--disable-pip-version-check",
+            *PIP_TARGET,
+            "--dest",
+            str(wheelhouse),
+            *(f"{name}=={pins[name]}" for name in missing),
+        ]
+        done = subprocess.run(cmd, capture_output=True, text=True, check=False)
+        if done.returncode != 0:
+            tail = "\n".join(done.stderr.strip().splitlines()[-5:])
+            raise LaunchError(f"pip download into {wheelhouse} failed:\n{tail}")
+        found = _wheels_in(wheelhouse, pins)
+        still = sorted(set(pins) - set(found))
+        if still:
+            raise LaunchError(f"pip download left no wheel in {wheelhouse} for: {', '.join(still)}")
+    return sorted(p for paths in found.values() for p in paths)
+
+
+def wheels_image(files: Sequence[Path], client: Any, progress: Progress | None = None) -> str:
+    """An image holding `files` at its root, tagged by their content hash; built if missing."""
+    say = progress or (lambda _line: None)
+    if not files:
+        raise LaunchError("no wheels to put in a wheels image")
+    parent = files[0].parent
+    with tempfile.TemporaryDirectory(prefix=".wheels-", dir=parent) as tmp:
+        context = Path(tmp) / "wheels"
+        context.mkdir()
+        for f in files:
+            try:
+                os.link(f, context / f.name)  # same file system: no copy of gigabytes
+            except OSError:
+                shutil.copy2(f, context / f.name)
+        dockerfile = Path(tmp) / "wheels.Dockerfile"
+        dockerfile.write_text(WHEELS_DOCKERFILE)
+        digest = buildcontext.content_hash(dockerfile, [context])
+        ref = tagged(WHEELS_REPOSITORY, digest, None)
+        if not exists_locally(client, ref):
+            plan = ImagePlan("wheels", ref, "missing", None, dockerfile, (context,), digest)
+            build_one(plan, client, say)
+    return ref
+
+
+def with_wheels(
+    plan: ImagePlan, client: Any, wheelhouse: Path | None, progress: Progress | None = None
+) -> ImagePlan:
+    """`plan` with WHEELS_IMAGE set to its pinned wheels, when it has pins and a wheelhouse.
+
+    WHEELS_IMAGE is a transport argument: the image's tag does not change with it.
+    """
+    if wheelhouse is None or plan.dockerfile is None:
+        return plan
+    if any(k == "WHEELS_IMAGE" for k, _ in plan.build_args):
+        return plan  # the caller named one
+    requirements = requirements_of(plan.dockerfile)
+    if requirements is None:
+        return plan
+    files = fill_wheelhouse(requirements, wheelhouse.expanduser(), progress)
+    ref = wheels_image(files, client, progress)
+    return replace(plan, build_args=(*plan.build_args, ("WHEELS_IMAGE", ref)))
+
+
+def default_wheelhouse() -> Path:
+    """$SURREAL_KUBE_WHEELHOUSE, else ~/.cache/surreal-kube/wheels (XDG_CACHE_HOME respected)."""
+    env = os.environ.get("SURREAL_KUBE_WHEELHOUSE")
+    if env:
+        return Path(env).expanduser()
+    base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    return base / "surreal-kube" / "wheels"
+
+
+# ------------------------------------------------------------------------ release tag, loading
+
+
+def release_tag(plan: ImagePlan, client: Any, version: str) -> ImagePlan:
+    """Tag a built (or present) image also as `<repository>:<version>`: the chart's default image.
+
+    The Helm chart runs the operator from the CPU runtime image (it carries
+    `python -m surreal_kube.operator`) and names it by the chart's appVersion, so the image this
+    build made is the one `helm install` runs. Content-hash tags stay the pods' exact references.
+    """
+    from docker.errors import APIError
+
+    repository = plan.repository
+    try:
+        client.api.tag(plan.reference, repository, version, force=True)
+    except APIError as exc:
+        raise LaunchError(
+            f"tagging {plan.reference} as {version} failed: {exc.explanation}"
+        ) from exc
+    return ImagePlan("operator", f"{repository}:{version}", "built", content_hash=plan.content_hash)
+
+
+def normalized(reference: str) -> str:
+    """The fully qualified name a kubelet asks containerd for: `a/b:t` -> `docker.io/a/b:t`."""
+    first, sep, _rest = reference.partition("/")
+    if not sep:
+        return f"docker.io/library/{reference}"
+    if "." in first or ":" in first or first == "localhost":
+        return reference
+    return f"docker.io/{reference}"
+
+
+def check_containerd(address: str, ctr: str) -> str:
+    """The ctr executable's path; SpecError (bad input, exit 2) if it or the socket is missing."""
+    path = shutil.which(ctr)
+    if path is None:
+        raise SpecError(
+            f"--ctr {ctr!r}: no such executable; name containerd's `ctr` (path or command on PATH)"
+        )
+    sock = Path(address.removeprefix("unix://"))
+    if not sock.is_socket():
+        raise SpecError(
+            f"--containerd-address {address!r}: no containerd socket there; give the node's "
+            "containerd socket, e.g. /run/containerd/containerd.sock"
+        )
+    return path
+
+
+def _platform() -> str:
+    import platform
+
+    machine = platform.machine().lower()
+    arch = {"x86_64": "amd64", "amd64": "amd64", "aarch64": "arm64", "arm64": "arm64"}
+    return f"linux/{arch.get(machine, machine)}"
+
+
+def load_into_containerd(
+    plans: Sequence[ImagePlan],
+    client: Any,
+    *,
+    address: str,
+    ctr: str = "ctr",
+    namespace: str = "k8s.io",
+    progress: Progress | None = None,
+) -> list[ImagePlan]:
+    """Put built images into a node's containerd, like `kind load`, instead of pushing them.
+
+    Each image leaves the engine as a docker-archive named by its normalized reference (what the
+    kubelet asks for: `surreal-kube/x:t` is `docker.io/surreal-kube/x:t` to containerd), streamed
+    into `ctr images import` in `namespace` (the CRI's), which unpacks it for the kubelet.
+    """
+    from docker.errors import APIError
+
+    say = progress or (lambda _line: None)
+    ctr_path = check_containerd(address, ctr)
+    base = [ctr_path, "--address", address.removeprefix("unix://"), "--namespace", namespace]
+    out = []
+    for plan in plans:
+        if plan.status not in ("built", "present"):
+            out.append(plan)
+            continue
+        full = normalized(plan.reference)
+        say(f"loading {plan.reference} into containerd {address} ({namespace}) as {full}")
+        repository, tag = split_reference(full)
+        try:
+            client.api.tag(plan.reference, repository, tag, force=True)
+            stream = client.api.get_image(full)
+        except APIError as exc:
+            raise LaunchError(f"exporting {plan.reference} failed: {exc.explanation}") from exc
+        with tempfile.TemporaryFile() as err:
+            proc = subprocess.Popen(
+                # --local: the client unpacks for the CRI's snapshotter (containerd 2's
+                # transfer service does not read a stream); one platform, the engine's.
+                [*base, "images", "import", "--local", "--platform", _platform(), "-"],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.DEVNULL,
+                stderr=err,
+            )
+            assert proc.stdin is not None
+            try:
+                for chunk in stream:
+                    proc.stdin.write(chunk)
+            except BrokenPipeError:
+                pass
+            finally:
+                proc.stdin.close()
+            code = proc.wait()
+            err.seek(0)
+            message = err.read().decode(errors="replace").strip()
+        if code != 0:
+            raise LaunchError(f"ctr images import of {plan.reference} failed: {message}")
+        listed = subprocess.run([*base, "images", "ls", "-q"], capture_output=True, text=True)
+        if full not in listed.stdout.split():
+            raise LaunchError(f"ctr images import of {plan.reference} left no image {full}")
+        out.append(replace(plan, status="loaded"))
     return out

@@ -83,7 +83,11 @@ def test_contexts_merge_later_wins_and_tar_is_deterministic(tmp_path: Path) -> N
 def test_default_runtime_context_is_only_the_package() -> None:
     entries = buildcontext.collect(ROOT / "dockerfiles" / "runtime-cpu.Dockerfile", [ROOT])
     tops = {e.arcname.split("/")[0] for e in entries}
-    assert tops == {"pyproject.toml", "README.md", "surreal_kube"}
+    assert tops == {"pyproject.toml", "README.md", "surreal_kube", "dockerfiles"}
+    # of dockerfiles/, only the pinned requirements the image installs
+    assert [e.arcname for e in entries if e.arcname.startswith("dockerfiles")] == [
+        "dockerfiles/runtime-cpu.requirements.txt"
+    ]
     assert not [e for e in entries if "__pycache__" in e.arcname or e.arcname.endswith(".pyc")]
 
 

@@ -2,7 +2,8 @@
 
 The runtime Dockerfiles are built as they are, with build arguments that keep the build offline:
 the debootstrap base instead of python:3.11-slim, and `pip install --no-deps --no-index` of the
-project alone (no torch: far too slow here, and `surreal-kube-role --help` does not import it).
+project alone (no torch: `surreal-kube-role --help` does not import it). The real CPU image, torch
+and all, is built in test_runtime_image_podman.py.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ OFFLINE_ARGS = {
     "PIP_ARGS": "--no-deps --no-index --no-build-isolation",
     "VENV_ARGS": "--system-site-packages",  # the base's python3-wheel builds the project wheel
     "APT_PACKAGES": "",
+    "REQUIREMENTS": "0",  # the CPU image: skip runtime-cpu.requirements.txt (torch and all)
 }
 
 
