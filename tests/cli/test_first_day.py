@@ -470,3 +470,14 @@ def test_create_in_a_pipe_prints_whole_lines_and_the_curve_once(tmp_path: Path) 
         assert "\x1b[" not in res.stderr  # no cursor movement or colours in a pipe
     finally:
         run("delete", "exp-pipe", "--root", str(root), "--yes", home=tmp_path)
+
+
+def test_start_up_imports_no_models_no_rich() -> None:
+    """`--help` stays fast (bench/cli.py measures it): the CLI's modules load nothing heavy."""
+    probe = (
+        "import sys; from surreal_kube.cli import main; "
+        "print(','.join(m for m in ('rich', 'pydantic', 'yaml', 'kubernetes', 'torch') "
+        "if m in sys.modules))"
+    )
+    res = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)
+    assert res.returncode == 0 and res.stdout.strip() == "", res.stdout + res.stderr
