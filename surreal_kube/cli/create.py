@@ -358,15 +358,20 @@ def _wait_running(kube: Any, plan: Any, name: str, started: float, timeout: floa
                 timeout=timeout,
                 tick=lambda st: live.update(kv.progress_view(name, st, started)),
             )
-    last = [""]
+    last: list[Any] = ["", None]
 
     def tick(status: Any) -> None:
-        line = f"{name}: {status.phase}, {status.ready} pods ready"
+        last[1] = status
+        line = f"{status.phase} {status.ready} pods ready"
         if line != last[0]:
             info(line)
             last[0] = line
 
-    return cluster.wait_running(kube, plan, timeout=timeout, tick=tick)
+    try:
+        return cluster.wait_running(kube, plan, timeout=timeout, tick=tick)
+    finally:
+        if last[1] is not None:  # the components once, as they ended up
+            err.print(kv.progress_view(name, last[1], started))
 
 
 def _next_steps(name: str, namespace: str) -> None:
