@@ -11,7 +11,7 @@ import copy
 import json
 import re
 import typing
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping, Sequence, Sized
 from pathlib import Path
 from typing import Any
 
@@ -427,6 +427,11 @@ def _message(err: Mapping[str, Any], loc: list[str]) -> str:
         "model_type": lambda: f"must be a mapping, got {got!r}",
         "model_attributes_type": lambda: f"must be a mapping, got {got!r}",
         "list_type": lambda: f"must be a list, got {got!r}",
+        "too_long": lambda: (
+            f"must have at most {ctx.get('max_length')} entries, got "
+            f"{len(got) if isinstance(got, Sized) else ctx.get('actual_length')}"
+        ),
+        "string_too_long": lambda: f"must be at most {ctx.get('max_length')} characters long",
         "tuple_type": lambda: f"must be a list of two numbers, got {got!r}",
         "union_tag_invalid": lambda: (
             f"must be one of {ctx.get('expected_tags')}, got {ctx.get('tag')!r}"

@@ -32,9 +32,13 @@ COMPONENTS = (
 class EnvSpec(SpecModel):
     """Which environment agents step, and how it is wrapped."""
 
-    id: str = Field("gym:HalfCheetah-v5", description="`gym:<gymnasium id>`, e.g. gym:Ant-v5")
+    id: str = Field(
+        "gym:HalfCheetah-v5", max_length=256, description="`gym:<gymnasium id>`, e.g. gym:Ant-v5"
+    )
     kwargs: dict[str, bool | int | float | str | None] = Field(
-        default_factory=dict, description="keyword arguments passed to gymnasium.make"
+        default_factory=dict,
+        max_length=64,
+        description="keyword arguments passed to gymnasium.make",
     )
     max_episode_steps: int | None = Field(
         None, ge=1, description="truncate episodes after this many steps; null: the env's own"
@@ -57,7 +61,7 @@ class EnvSpec(SpecModel):
 class AgentsSpec(SpecModel):
     """Agents step the environment with the newest policy and send experience to replay."""
 
-    count: int = Field(2, ge=1, le=4096, description="number of agents")
+    count: int = Field(2, ge=1, le=100_000, description="number of agents")
     batch: int = Field(
         1,
         ge=1,
@@ -189,15 +193,21 @@ def _default_resources() -> dict[str, Resources]:
 class ImageBuild(SpecModel):
     """An image to build: a Dockerfile plus context directories, tagged by content hash."""
 
-    dockerfile: str = Field(description="path to the Dockerfile")
-    context: list[str] = Field(default_factory=lambda: ["."], description="context directories")
-    repository: str = Field(description="repository to tag (and push) the image as")
+    dockerfile: str = Field(max_length=1024, description="path to the Dockerfile")
+    context: list[str] = Field(
+        default_factory=lambda: ["."], max_length=64, description="context directories"
+    )
+    repository: str = Field(
+        max_length=1024, description="repository to tag (and push) the image as"
+    )
 
 
 class ImageSpec(SpecModel):
     """Either a prebuilt image (used as is) or a build."""
 
-    image: str | None = Field(None, description="a prebuilt image reference, used as is")
+    image: str | None = Field(
+        None, max_length=1024, description="a prebuilt image reference, used as is"
+    )
     build: ImageBuild | None = Field(None, description="build this image (tag = content hash)")
 
     @model_validator(mode="after")
@@ -237,14 +247,17 @@ class ExperimentSpec(SpecModel):
     ps: PSSpec = Field(default_factory=PSSpec)
     session: SessionSpec = Field(default_factory=SessionSpec)
     resources: dict[str, Resources] = Field(
-        default_factory=_default_resources, description="per component: cpu, memory, gpu"
+        default_factory=_default_resources,
+        description="per component: cpu, memory, gpu",
     )
     images: dict[str, ImageSpec] = Field(
         default_factory=_default_images,
+        max_length=16,
         description="named images: 'cpu' for CPU components, 'gpu' for components with a GPU",
     )
     placement: dict[str, str] = Field(
-        default_factory=dict, description="node pool per component; unset: chosen by fit"
+        default_factory=dict,
+        description="node pool per component; unset: chosen by fit",
     )
 
     @field_validator("resources", "placement")
@@ -305,7 +318,7 @@ class Metadata(SpecModel):
 
     name: str = Field(description="DNS-1035 label; see `surreal-kube config --help`")
     namespace: str | None = Field(None, description="Kubernetes namespace (cluster backends)")
-    labels: dict[str, str] = Field(default_factory=dict, description="extra labels")
+    labels: dict[str, str] = Field(default_factory=dict, max_length=64, description="extra labels")
 
 
 class Experiment(SpecModel):

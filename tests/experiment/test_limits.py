@@ -129,15 +129,21 @@ def test_an_integer_of_100000_digits_is_a_spec_error(tmp_path: Path) -> None:
 
 
 def test_ten_thousand_sets_are_accepted_within_bounded_memory() -> None:
-    sets = [f"env.kwargs.k{i}={i}" for i in range(MAX_SETS)]
+    sets = [f"agents.count={i + 1}" for i in range(MAX_SETS)]
     tracemalloc.start()
     try:
         exp = resolve_experiment("exp", sets=sets)
         _, peak = tracemalloc.get_traced_memory()
     finally:
         tracemalloc.stop()
-    assert len(exp.spec.env.kwargs) == MAX_SETS
+    assert exp.spec.agents.count == MAX_SETS
     assert peak < 256 << 20
+
+
+def test_a_map_past_its_size_is_refused_naming_field_and_limit() -> None:
+    sets = [f"env.kwargs.k{i}={i}" for i in range(70)]
+    with pytest.raises(SpecError, match=r"^spec.env.kwargs: must have at most 64 entries, got 70$"):
+        resolve_experiment("exp", sets=sets)
 
 
 def test_more_sets_than_the_limit_are_refused() -> None:

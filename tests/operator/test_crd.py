@@ -60,10 +60,22 @@ def test_schema_says_what_the_spec_says() -> None:
     assert agents["properties"]["count"] == {
         "description": "number of agents",
         "type": "integer",
-        "maximum": 4096,
+        "maximum": 100000,
         "minimum": 1,
     }
     assert agents["x-kubernetes-validations"] == [crd.AGENTS_RULE]
+    # what the resolver refuses beyond types and bounds is a CEL rule where it applies
+    assert spec["x-kubernetes-validations"][0]["fieldPath"] == ".replay.kind"
+    assert spec["properties"]["replay"]["x-kubernetes-validations"][0]["fieldPath"] == (
+        ".startSampling"
+    )
+    kwargs = spec["properties"]["env"]["properties"]["kwargs"]
+    assert kwargs["maxProperties"] == 64
+    for key in ("resources", "placement"):
+        assert spec["properties"][key]["maxProperties"] == 8
+        assert (
+            "unknown component" in spec["properties"][key]["x-kubernetes-validations"][0]["message"]
+        )
     # both algorithms' keys, `name` required
     algo = spec["properties"]["algorithm"]
     assert algo["required"] == ["name"]

@@ -25,7 +25,7 @@ from typing import Any
 
 import yaml
 
-from surreal_kube.experiment.spec import API_VERSION, KIND, ExperimentSpec
+from surreal_kube.experiment.spec import API_VERSION, COMPONENTS, KIND, ExperimentSpec
 from surreal_kube.launch.kube.status import ExperimentStatus
 
 GROUP, VERSION = API_VERSION.split("/")
@@ -74,6 +74,64 @@ AGENTS_RULE = {
     "of agents",
 }
 
+# What the resolver refuses beyond types and bounds, as CEL rules on the node they concern, so
+# that `kubectl apply` of an Experiment the operator cannot run is refused by the API server with
+# the field's path (`spec.replay: Invalid value: ...`), the same words as the CLI's error.
+# `env.kwargs` has none: its values are mixed scalars, which a structural schema can only leave
+# untyped (preserve-unknown-fields), and CEL cannot see untyped fields; the operator refuses a
+# nested kwarg (InvalidSpec), and maxProperties bounds how many there are.
+_COMPONENT_LIST = "[" + ", ".join(f"'{c}'" for c in COMPONENTS) + "]"
+RULES: dict[tuple[str, ...], list[dict[str, str]]] = {
+    (): [
+        {
+            "rule": "(has(self.algorithm) && self.algorithm.name != 'ppo') || !has(self.replay)"
+            " || !has(self.replay.kind) || self.replay.kind == 'fifo'",
+            "message": "ppo is on-policy and needs 'fifo'",
+            "fieldPath": ".replay.kind",
+        }
+    ],
+    ("agents",): [AGENTS_RULE],
+    ("env", "id"): [
+        {
+            "rule": "self.startsWith('gym:') && size(self) > 4",
+            "message": "must look like 'gym:<gymnasium id>' (e.g. gym:Ant-v5)",
+        }
+    ],
+    ("replay",): [
+        {
+            "rule": "!has(self.startSampling) || !has(self.capacity)"
+            " || self.startSampling <= self.capacity",
+            "message": "must be <= replay.capacity",
+            "fieldPath": ".startSampling",
+        }
+    ],
+    ("resources",): [
+        {
+            "rule": f"self.all(k, k in {_COMPONENT_LIST})",
+            "message": f"unknown component; valid: {', '.join(COMPONENTS)}",
+        }
+    ],
+    ("placement",): [
+        {
+            "rule": f"self.all(k, k in {_COMPONENT_LIST})",
+            "message": f"unknown component; valid: {', '.join(COMPONENTS)}",
+        }
+    ],
+}
+QUANTITY_RULES: dict[str, dict[str, str]] = {
+    "cpu": {
+        "rule": "type(self) == int ? self > 0 : isQuantity(self) && quantity(self).isGreaterThan("
+        "quantity('0'))",
+        "message": "must be a Kubernetes quantity > 0 (examples: 500m, 2, 1.5)",
+    },
+    "memory": {
+        "rule": "type(self) == int ? self > 0 : isQuantity(self) && quantity(self).isGreaterThan("
+        "quantity('0')) && !self.endsWith('m')",
+        "message": "must be a Kubernetes quantity > 0 in bytes (examples: 512Mi, 4Gi)",
+    },
+}
+"""Quantities are int-or-string: the string must parse as the API server parses quantities."""
+
 
 def structural(schema: dict[str, Any], defs: dict[str, Any], owner: str = "") -> dict[str, Any]:
     """Convert one pydantic JSON-schema node into a structural OpenAPI v3 node."""
@@ -108,6 +166,9 @@ def structural(schema: dict[str, Any], defs: dict[str, Any], owner: str = "") ->
                 out["required"] = required
         elif isinstance(schema.get("additionalProperties"), dict):
             out["additionalProperties"] = structural(schema["additionalProperties"], defs)
+            for key in ("minProperties", "maxProperties"):
+                if key in schema:
+                    out[key] = schema[key]
         else:
             out["x-kubernetes-preserve-unknown-fields"] = True
         return out
@@ -212,7 +273,16 @@ def spec_schema() -> dict[str, Any]:
     raw = ExperimentSpec.model_json_schema(by_alias=True, mode="validation")
     defs = raw.pop("$defs", {})
     out = _clean(structural(raw, _cleaned_defs(defs), "ExperimentSpec"))
-    out["properties"]["agents"]["x-kubernetes-validations"] = [AGENTS_RULE]
+    for path, rules in RULES.items():
+        node = out
+        for part in path:
+            node = node["properties"][part]
+        node["x-kubernetes-validations"] = [dict(r) for r in rules]
+    for key in ("resources", "placement"):  # keyed by component: the resolver checks the keys
+        out["properties"][key]["maxProperties"] = len(COMPONENTS)
+    quantities = out["properties"]["resources"]["additionalProperties"]["properties"]
+    for prop, rule in QUANTITY_RULES.items():
+        quantities[prop]["x-kubernetes-validations"] = [dict(rule)]
     return out
 
 
