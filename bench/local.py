@@ -21,6 +21,7 @@ import datetime
 import json
 import os
 import re
+import resource
 import shutil
 import subprocess
 import sys
@@ -161,24 +162,54 @@ def _first_update_time(folder: Path, timeout: float) -> float | None:
     return None
 
 
-def local_startup(forkserver: bool, timeout: float = 300.0) -> float:
-    """Seconds from `create --local --detach` to the learner's first update (HalfCheetah)."""
+def _experiment_cpu_seconds(folder: Path) -> float:
+    """CPU seconds (user + system) so far of every live process of a local experiment.
+
+    Its roles and fork server carry SURREAL_EXPERIMENT_DIR in their environment, its supervisor
+    daemon names the folder on its command line. CPU time, unlike wall time, does not depend on
+    what else the (shared) machine runs.
+    """
+    tick = os.sysconf("SC_CLK_TCK")
+    mark = f"SURREAL_EXPERIMENT_DIR={folder}".encode()
+    total = 0
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            ours = mark in (proc / "environ").read_bytes().split(b"\0") or (
+                b"surreal_kube.launch.local.daemon" in (cmd := (proc / "cmdline").read_bytes())
+                and str(folder).encode() in cmd
+            )
+            if ours:
+                fields = (proc / "stat").read_text().rsplit(")", 1)[1].split()
+                total += int(fields[11]) + int(fields[12])  # utime, stime
+        except OSError:
+            continue
+    return total / tick
+
+
+def local_startup(forkserver: bool, timeout: float = 300.0) -> tuple[float, float]:
+    """(wall s, CPU s) from `create --local --detach` to the learner's first update."""
     root = Path(tempfile.mkdtemp(prefix="bench-startup-"))
     env = dict(os.environ, SURREAL_KUBE_FORKSERVER="1" if forkserver else "0")
     args = ["--root", str(root)]
+    cli_before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.time()
     res = subprocess.run(
         [*SK, "create", "bench-startup", "--local", "--detach", *args, "--env", ENV,
          "--num-agents", "2", "--num-evals", "1", "--max-time", str(timeout)],
         capture_output=True, text=True, timeout=120, env=env,
     )  # fmt: skip
+    cli_after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cli_cpu = sum(getattr(cli_after, k) - getattr(cli_before, k) for k in ("ru_utime", "ru_stime"))
     try:
         if res.returncode:
             raise SystemExit(f"create failed: {res.stderr}")
-        first = _first_update_time(Path(res.stdout.strip()), timeout)
+        folder = Path(res.stdout.strip())
+        first = _first_update_time(folder, timeout)
         if first is None:
             raise SystemExit(f"no first update within {timeout:.0f} s")
-        return first - start
+        return first - start, cli_cpu + _experiment_cpu_seconds(folder)
     finally:
         subprocess.run([*SK, "delete", "bench-startup", *args, "--yes"], capture_output=True,
                        timeout=120, env=env)  # fmt: skip
@@ -192,21 +223,22 @@ from surreal_kube.rl.train import train
 exp = resolve_experiment("bench-single", flags={"env.id": sys.argv[1], "agents.count": 2})
 first = []
 def callback(steps, stats):
-    first.append(time.time())
+    first.append((time.time(), time.process_time()))
     return True
 train(exp.spec, max_seconds=300, eval_episodes=1, callback=callback)
-print(first[0])
+print(*first[0])
 """
 
 
-def single_process_startup() -> float:
-    """Seconds from starting the single-process trainer to its first learner update."""
+def single_process_startup() -> tuple[float, float]:
+    """(wall s, CPU s) from starting the single-process trainer to its first learner update."""
     start = time.time()
     res = subprocess.run(
         [sys.executable, "-c", _SINGLE_FIRST_UPDATE, ENV],
         capture_output=True, text=True, timeout=600, check=True,
     )  # fmt: skip
-    return float(res.stdout.strip().splitlines()[-1]) - start
+    wall, cpu = (float(x) for x in res.stdout.strip().splitlines()[-1].split())
+    return wall - start, cpu
 
 
 def startup_rows() -> list[Row]:
@@ -214,16 +246,23 @@ def startup_rows() -> list[Row]:
 
     The fork server imports torch, gymnasium and MuJoCo once and forks the roles; the first
     reference starts each role as its own interpreter (the design before it), the second is the
-    single-process trainer's first update on the same spec, interpreter start included.
+    single-process trainer's first update on the same spec, interpreter start included. Wall
+    time and the CPU time of every process involved: on a shared machine the wall time depends on
+    the neighbours (eleven interpreters get eleven shares of a busy CPU, one fork server one).
     """
     forked = local_startup(forkserver=True)
     separate = local_startup(forkserver=False)
     single = single_process_startup()
-    metric = "start-up: create --local to the learner's first update"
-    return [
-        Row(f"{metric}, vs one interpreter per role", forked, separate, "s", "lower"),
-        Row(f"{metric}, vs the single-process trainer's", forked, single, "s", "lower"),
-    ]
+    metric = "start-up, create --local to the learner's first update"
+    rows = []
+    for i, what in enumerate(("wall", "CPU")):
+        rows += [
+            Row(f"{metric} ({what}), vs one interpreter per role", forked[i], separate[i],
+                "s", "lower"),
+            Row(f"{metric} ({what}), vs the single-process trainer's", forked[i], single[i],
+                "s", "lower"),
+        ]  # fmt: skip
+    return rows
 
 
 def main() -> None:

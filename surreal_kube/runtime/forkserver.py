@@ -70,7 +70,7 @@ def preload(stage: str) -> None:
     for name in LIGHT if stage == "light" else HEAVY:
         try:
             importlib.import_module(name)
-        except ImportError as exc:
+        except Exception as exc:  # the role imports it again and reports the error in its log
             print(f"forkserver: cannot preload {name}: {exc}", file=sys.stderr, flush=True)
     _loaded.add(stage)
 
