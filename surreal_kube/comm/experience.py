@@ -54,6 +54,12 @@ PARAM_VERSION = "param_version"
 WAIT_SLICE_SECONDS = 0.2
 MAX_SOURCES = 65_536
 """Distinct senders a receiver keeps env-step counts for (more would be hostile)."""
+SOCKET_BUFFER_BYTES = 64 << 10
+"""Kernel buffer of each experience connection, each way. Everything queued between an agent and
+a shard (ZeroMQ's queues of `hwm` messages at both ends plus the kernel's buffers, which grow to
+megabytes on their own) is experience acted with parameters that age while it waits: when a
+shard's rate limiter holds inserts back, this backlog is what the learner gets next, and on-policy
+it goes stale. Bounded, the backlog is a few batches."""
 
 
 def _signature(item: Mapping[str, np.ndarray]) -> tuple[tuple[str, str, tuple[int, ...]], ...]:
@@ -85,7 +91,7 @@ class ExperienceSender:
         *,
         flush_iteration: int = 1,
         timeout: float = DEFAULT_SEND_TIMEOUT_SECONDS,
-        hwm: int = 32,
+        hwm: int = 4,
         source: str = "",
         wait_hook: Callable[[float], bool] | None = None,
     ) -> None:
@@ -102,6 +108,7 @@ class ExperienceSender:
         """The sending process's cumulative env steps, sent with every message."""
         slice_ms = int(min(timeout, WAIT_SLICE_SECONDS) * 1000)
         self._sock = make_socket(zmq.PUSH, sndhwm=hwm, sndtimeo_ms=max(slice_ms, 1), immediate=True)
+        self._sock.setsockopt(zmq.SNDBUF, SOCKET_BUFFER_BYTES)
         self._monitor = self._sock.get_monitor_socket(
             zmq.EVENT_CONNECTED | zmq.EVENT_DISCONNECTED | zmq.EVENT_CLOSED
         )
@@ -230,8 +237,14 @@ class ExperienceSender:
 class ExperienceReceiver:
     """A replay shard's side: PULL stacked batches from the agents, checked and counted."""
 
-    def __init__(self, bind: str, *, hwm: int = 64, max_bytes: int = 1 << 30) -> None:
-        self.sock = make_socket(zmq.PULL, bind=bind, rcvhwm=hwm)
+    def __init__(self, bind: str, *, hwm: int = 8, max_bytes: int = 1 << 30) -> None:
+        self.sock = make_socket(zmq.PULL, rcvhwm=hwm)
+        self.sock.setsockopt(zmq.RCVBUF, SOCKET_BUFFER_BYTES)
+        try:
+            self.sock.bind(bind)
+        except zmq.ZMQError:
+            self.sock.close(0)
+            raise
         self.addr = bound_address(self.sock)
         """The bound address (a wildcard port resolved)."""
         self._max_bytes = max_bytes

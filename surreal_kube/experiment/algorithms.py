@@ -100,8 +100,9 @@ class PPOConfig(SpecModel):
     max_policy_lag: int = Field(
         3,
         ge=0,
-        description="learner iterations a sub-trajectory may lag behind the learner (its "
-        "parameters' version vs the learner's); older ones are dropped, and counted",
+        description="learner iterations a sub-trajectory may lag behind the learner when replay "
+        "serves it (its parameters' version vs the learner's); older ones are dropped, and "
+        "counted",
     )
     rnn: RNNConfig = Field(default_factory=RNNConfig)
     cnn: CNNConfig = Field(default_factory=CNNConfig)
@@ -170,10 +171,11 @@ limiter drew 4.7 and did not learn (HalfCheetah-v5, 4 minutes)."""
 def default_rate_limit(algorithm: PPOConfig | DDPGConfig) -> tuple[float, float]:
     """(samples per insert, tolerance in items) that replay enforces unless the spec sets them.
 
-    PPO: inserts may run two batches ahead of the learner (then agents wait), which also bounds
-    the policy lag to about two iterations. DDPG: 1,000 transitions (or one batch, if larger).
+    PPO: inserts may run one batch ahead of the learner (beyond `replay.startSampling`; then
+    agents wait), so what waits in replay is about two batches old at most, within the policy-lag
+    bound. DDPG: 1,000 transitions (or one batch, if larger).
     """
     spi = DEFAULT_SAMPLES_PER_INSERT[algorithm.name]
     if algorithm.name == "ppo":
-        return spi, 2.0 * algorithm.batch_size
+        return spi, float(algorithm.batch_size)
     return spi, float(max(1000, algorithm.batch_size))

@@ -123,7 +123,7 @@ class ReplaySpec(SpecModel):
         None,
         gt=0,
         description="rate limiter: items inserts may run ahead of (or behind) the ratio; null: "
-        "ppo 2 batches, ddpg 1000",
+        "ppo 1 batch, ddpg 1000",
     )
 
 

@@ -16,12 +16,13 @@ and the best `keepBest` are kept.
 
 Policy lag: every item carries the version of the parameters that produced it. The learner
 measures lag = its iteration - that version for every item it learns from (mean and p95 per
-report, in TensorBoard under `lag/`, and in its progress file) and, for on-policy algorithms,
-drops items beyond `algorithm.maxPolicyLag` (shards drop most of them before serving; the
-learner catches what aged in flight). Counters from the shards (inserted, sampled, overwritten,
-stale) arrive with every batch. The global env steps (sum over agents, from the shards) is the
-step of every scalar and travels with the published parameters, so agents and evals report
-against it too.
+report, in TensorBoard under `lag/`, and in its progress file). On-policy, shards serve only items
+within `algorithm.maxPolicyLag` of the iteration a request names, and a batch is learned from at
+most `prefetch` (2) iterations after its request: so every item learned from lags by at most
+maxPolicyLag + 2, and the learner drops (and counts) anything beyond that. Counters from the
+shards (inserted, sampled, overwritten, stale) arrive with every batch. The global env steps (sum
+over agents, from the shards) is the step of every scalar and travels with the published
+parameters, so agents and evals report against it too.
 """
 
 from __future__ import annotations
@@ -166,7 +167,7 @@ class LearnerRole(RoleBase):
             return arrays
         lags = self.learner.iteration - versions.astype(np.int64)
         if self.max_lag is not None:
-            keep = lags <= self.max_lag
+            keep = lags <= self.max_lag + self.prefetcher.depth
             if not keep.all():
                 self.stale_dropped += int((~keep).sum())
                 if not keep.any():
