@@ -17,14 +17,30 @@ Rows:
 
 --gpu adds learner updates/s on CUDA against the CPU (all cores) for the same batches: PPO batches
 of 64 and 512 sub-trajectories, DDPG batches of 512 and 4096 transitions. Without CUDA those rows
-are skipped with a message. Writes bench/results/learning.json.
+are skipped with a message.
+
+--figures adds the figures of issue 13, each a whole local experiment (`create --local`, defaults
+unless said) for `--figure-budget` seconds of wall clock (600 in full mode), run one after the
+other on this machine, with its learning curve copied to bench/results/<figure>.png and its
+policy lag and replay ratio printed beside the row:
+- scale-out: PPO HalfCheetah-v5, 8 agents vs 2 agents, mean eval return of the last 10
+  evaluations (target ratio >= 0.9);
+- PPO Ant-v5 with defaults (2 agents, 1 eval) vs SB3's PPO in one process for the same wall clock
+  (target: ours >= 2,500);
+- DDPG (TD3 options as defaults) on HalfCheetah-v5 and Ant-v5 vs SB3's TD3 for the same wall clock.
+These need a quiet machine: on a shared one they measure the neighbours. Writes
+bench/results/learning.json.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
+import shutil
+import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -227,6 +243,144 @@ def gpu_rows(quick: bool) -> list[Row]:
     return rows
 
 
+RESULTS = Path(__file__).resolve().parent / "results"
+SK = [sys.executable, "-m", "surreal_kube.cli.main"]
+
+
+def local_experiment(
+    tag: str, env_id: str, algorithm: str, agents: int, seconds: float
+) -> dict[str, object]:
+    """Run one local experiment to its time budget; its summary (the curve goes to results/)."""
+    root = Path(tempfile.mkdtemp(prefix=f"bench-{tag}-"))
+    name = f"bench-{tag}"
+    cmd = [
+        *SK,
+        "create",
+        name,
+        "--local",
+        "--detach",
+        "--root",
+        str(root),
+        "--algorithm",
+        algorithm,
+        "--env",
+        f"gym:{env_id}",
+        "--num-agents",
+        str(agents),
+        "--num-evals",
+        "1",
+        "--max-time",
+        str(seconds),
+    ]
+    res = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    if res.returncode:
+        raise SystemExit(f"create {name} failed: {res.stderr.strip()}")
+    folder = Path(res.stdout.strip().splitlines()[-1])
+    try:
+        deadline = time.time() + seconds + 600
+        while time.time() < deadline:
+            state = json.loads((folder / "state.json").read_text())
+            if (
+                state.get("phase") not in ("Starting", "Running")
+                and (folder / "results" / "summary.json").exists()
+            ):
+                break
+            time.sleep(5)
+        summary = json.loads((folder / "results" / "summary.json").read_text())
+        RESULTS.mkdir(parents=True, exist_ok=True)
+        curve = folder / "results" / "learning_curve.png"
+        if curve.exists():
+            shutil.copy(curve, RESULTS / f"{tag}.png")
+    finally:
+        subprocess.run([*SK, "delete", name, "--root", str(root)], capture_output=True, timeout=300)
+        shutil.rmtree(root, ignore_errors=True)
+    return summary
+
+
+def health(summary: dict) -> str:
+    """Policy lag and replay ratio of a run, one line."""
+    lag = summary.get("policy_lag") or {}
+    replay = summary.get("replay") or {}
+    return (
+        f"lag mean {lag.get('mean_all')}, p95 {lag.get('p95')}, bound {lag.get('bound')}; "
+        f"samples/insert {replay.get('samples_per_insert')} "
+        f"(target {replay.get('target_samples_per_insert')}); "
+        f"stale {replay.get('stale_dropped')}, overwritten {replay.get('overwritten')}; "
+        f"agents waited {summary.get('agents_replay_wait_seconds')} s; "
+        f"env steps {summary.get('env_steps')}, iterations {summary.get('learner_iterations')}"
+    )
+
+
+def run_sb3_td3(env_id: str, budget: float, episodes: int) -> float:
+    """Mean deterministic return of SB3's TD3 (its defaults) after `budget` seconds."""
+    import gymnasium as gym
+    from stable_baselines3 import TD3
+    from stable_baselines3.common.callbacks import BaseCallback
+    from stable_baselines3.common.evaluation import evaluate_policy
+
+    class Deadline(BaseCallback):
+        def __init__(self, seconds: float) -> None:
+            super().__init__()
+            self.seconds = seconds
+            self.start = 0.0
+
+        def _on_training_start(self) -> None:
+            self.start = time.perf_counter()
+
+        def _on_step(self) -> bool:
+            return time.perf_counter() - self.start < self.seconds
+
+    model = TD3("MlpPolicy", gym.make(env_id), device="cpu", seed=0, verbose=0)
+    model.learn(total_timesteps=10**9, callback=Deadline(budget))
+    eval_env = gym.make(env_id)
+    mean, _ = evaluate_policy(model, eval_env, n_eval_episodes=episodes, deterministic=True)
+    return float(mean)
+
+
+def figure_rows(budget: float, episodes: int) -> list[Row]:
+    """The figures of issue 13 (see the module docstring); each takes about `budget` seconds."""
+    rows: list[Row] = []
+    two = local_experiment("ppo-halfcheetah-2", "HalfCheetah-v5", "ppo", 2, budget)
+    eight = local_experiment("ppo-halfcheetah-8", "HalfCheetah-v5", "ppo", 8, budget)
+    rows.append(
+        Row(
+            "PPO HalfCheetah-v5 mean return (last 10 evals), 8 agents vs 2 (target >= 0.9)",
+            float(eight.get("recent_mean_return") or float("nan")),
+            float(two.get("recent_mean_return") or float("nan")),
+            "return",
+            "higher",
+        )
+    )
+    print(f"  8 agents: {health(eight)}\n  2 agents: {health(two)}", file=sys.stderr)
+    ant = local_experiment("ppo-ant", "Ant-v5", "ppo", 2, budget)
+    _, sb3_ant = run_sb3("Ant-v5", budget, episodes)
+    rows.append(
+        Row(
+            "PPO Ant-v5 mean return (last 10 evals), defaults vs SB3 PPO (target >= 2,500)",
+            float(ant.get("recent_mean_return") or float("nan")),
+            sb3_ant,
+            "return",
+            "higher",
+        )
+    )
+    print(f"  Ant PPO: {health(ant)}", file=sys.stderr)
+    for env_id in ENVS:
+        tag = f"ddpg-{env_id.split('-')[0].lower()}"
+        ours = local_experiment(tag, env_id, "ddpg", 2, budget)
+        ref = run_sb3_td3(env_id, budget, episodes)
+        rows.append(
+            Row(
+                f"DDPG {env_id} mean return (last 10 evals) vs SB3 TD3, same wall clock",
+                float(ours.get("recent_mean_return") or float("nan")),
+                ref,
+                "return",
+                "higher",
+            )
+        )
+        print(f"  {tag}: {health(ours)}", file=sys.stderr)
+    return rows
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -237,12 +391,21 @@ def main() -> None:
         "--budget", type=float, help="seconds per training run (overrides the mode)"
     )
     parser.add_argument("--episodes", type=int, help="evaluation episodes (overrides the mode)")
+    parser.add_argument(
+        "--figures", action="store_true", help="also the local-experiment figures of issue 13"
+    )
+    parser.add_argument(
+        "--only-figures", action="store_true", help="the figures only (skip the other rows)"
+    )
+    parser.add_argument(
+        "--figure-budget", type=float, help="seconds per figure run (default 600; quick 60)"
+    )
     args = parser.parse_args()
     budget = args.budget or (5.0 if args.quick else 600.0)
     episodes = args.episodes or (2 if args.quick else 10)
     torch.set_num_threads(1)
     rows: list[Row] = []
-    for env_id in ENVS:
+    for env_id in () if args.only_figures else ENVS:
         base = random_return(env_id, episodes)
         ours_sps, ours_ret = run_ours(env_id, budget, episodes)
         ref_sps, ref_ret = run_sb3(env_id, budget, episodes)
@@ -265,6 +428,9 @@ def main() -> None:
         )
     if args.gpu:
         rows += gpu_rows(args.quick)
+    if args.figures or args.only_figures:
+        figure_budget = args.figure_budget or (60.0 if args.quick else 600.0)
+        rows += figure_rows(figure_budget, episodes)
     print_table("learning", rows)
     print(f"wrote {write_results('learning', rows)}")
 
