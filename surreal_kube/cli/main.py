@@ -43,7 +43,12 @@ app = typer.Typer(
     help="Run distributed reinforcement-learning experiments as local processes or as pods.\n\n"
     "Where an experiment lives: --local (or --root DIR) means the local experiments on this "
     "machine, for every verb; without them a verb works on the current kube context "
-    "(--kubeconfig, --context, --namespace as kubectl reads them).",
+    "(--kubeconfig, --context, --namespace as kubectl reads them).\n\n"
+    "Examples:\n\n\b\n"
+    "  surreal-kube create exp-ppo-ant --local --env gym:Ant-v5 --max-time 10m\n"
+    "  surreal-kube list --local\n"
+    "  surreal-kube create exp-ppo-ant --env gym:Ant-v5 -n rl\n"
+    "  surreal-kube status exp-ppo-ant -n rl -o json",
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
@@ -79,18 +84,25 @@ def _root(
     """The root callback exists for --version only; the app's help is typer.Typer's above."""
 
 
-app.command()(create.create)
-app.command()(config_cmd.config)
-app.command()(topology_cmd.topology)
-app.command()(render_cmd.render)
-app.command()(build_cmd.build)
-app.command("list")(lifecycle.list_)
-app.command()(lifecycle.status)
-app.command()(lifecycle.logs)
-app.command()(lifecycle.tb)
-app.command()(lifecycle.delete)
-app.command("exec")(exec_cmd.exec_)
-app.command()(scale_cmd.scale)
+# One line each in `surreal-kube --help`; the verbs' own help says the rest.
+app.command(short_help="Create and start an experiment (--local: here; else on the cluster).")(
+    create.create
+)
+app.command(short_help="Print the fully resolved experiment spec.")(config_cmd.config)
+app.command(short_help="Show the process graph: processes, binds, connects.")(topology_cmd.topology)
+app.command(short_help="Print the experiment's Kubernetes objects (no cluster needed).")(
+    render_cmd.render
+)
+app.command(short_help="Build (and push) the images the experiment runs.")(build_cmd.build)
+app.command("list", short_help="List experiments (--local: on this machine).")(lifecycle.list_)
+app.command(short_help="Show an experiment's processes and progress.")(lifecycle.status)
+app.command(short_help="Print the log of one process.")(lifecycle.logs)
+app.command(short_help="Find or start the experiment's TensorBoard; print its URL.")(lifecycle.tb)
+app.command(short_help="Stop an experiment and remove what it created.")(lifecycle.delete)
+app.command("exec", short_help="Run a command in a process's container on the cluster.")(
+    exec_cmd.exec_
+)
+app.command(short_help="Change the number of agents of a running experiment.")(scale_cmd.scale)
 
 
 class Terminated(KeyboardInterrupt):

@@ -481,3 +481,25 @@ def test_start_up_imports_no_models_no_rich() -> None:
     )
     res = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)
     assert res.returncode == 0 and res.stdout.strip() == "", res.stdout + res.stderr
+
+
+@pytest.mark.slow
+def test_detached_create_hints_find_it_again(tmp_path: Path) -> None:
+    root = tmp_path / "elsewhere"
+    args = ["--algorithm", "ppo", "--env", "gym:CartPole-v1", "--num-agents", "1",
+            "--num-evals", "1", "--max-env-steps", "50000000"]  # fmt: skip
+    res = run("create", "exp-bg", "--root", str(root), "--detach", *args, home=tmp_path)
+    try:
+        assert res.returncode == 0, res.stderr
+        hints = [line.strip() for line in res.stderr.splitlines() if line.startswith("  ")]
+        assert f"surreal-kube status exp-bg --root {root}" in hints
+        assert f"surreal-kube delete exp-bg --root {root}" in hints
+        # a hint works as printed (status reads the same root)
+        status = run("status", "exp-bg", "--root", str(root), "-o", "name", home=tmp_path)
+        assert status.returncode == 0 and status.stdout == "exp-bg\n", status.stderr
+    finally:
+        done = run("delete", "exp-bg", "--root", str(root), "--yes", home=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert "stopping exp-bg (supervisor pid" in done.stderr
+    assert done.stderr.strip().endswith("deleted exp-bg")
+    assert not (root / "exp-bg").exists()
