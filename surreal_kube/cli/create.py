@@ -156,6 +156,22 @@ def create(
             )
     elif dry_run_server:
         raise SpecError("--dry-run=server needs an API server; with --local use --dry-run")
+    else:
+        cluster_only = [
+            flag
+            for flag, given in (
+                ("--profile", profile is not None),
+                ("--image", bool(images)),
+                ("--skip-preflight", skip_preflight),
+                ("--direct", direct),
+                ("--build", build),
+                ("--push", push),
+                ("--no-wait", no_wait),
+            )
+            if given
+        ]
+        if cluster_only:  # never silently ignored
+            raise SpecError(f"{cluster_only[0]} is a cluster option; drop it with --local")
     exp = so.resolve_from_cli(
         name,
         files,

@@ -399,6 +399,9 @@ def test_kube_flags_with_local_are_refused(tmp_path: Path) -> None:
     res = run("status", "exp", "--local", "-n", "rl", home=tmp_path)
     assert res.returncode == 2
     assert res.stderr.strip().startswith("error: --local and --namespace contradict each other")
+    res = run("create", "exp", "--local", "--direct", home=tmp_path)
+    assert res.returncode == 2
+    assert res.stderr.strip() == "error: --direct is a cluster option; drop it with --local"
 
 
 def test_scale_validates_before_reading_the_kubeconfig(tmp_path: Path) -> None:
