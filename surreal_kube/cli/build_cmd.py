@@ -176,7 +176,7 @@ def _operator_image(plans: list[ImagePlan], client: Any, *, push: bool) -> list[
     cpu = next((p for p in plans if p.key == "cpu" and p.status != "prebuilt"), None)
     if cpu is None or not planner.exists_locally(client, cpu.reference):
         return []  # prebuilt, or only in the registry: nothing here to tag
-    tagged = planner.release_tag(cpu, client, version("surreal-kube"))
+    tagged = replace(planner.release_tag(cpu, client, version("surreal-kube")), status=cpu.status)
     if push:
         planner.push_one(tagged, client, info)
         tagged = replace(tagged, status="pushed")
