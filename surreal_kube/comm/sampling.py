@@ -80,6 +80,8 @@ class SamplerBroker:
         self.replies = 0
         self.expired = 0
         self.priority_updates = 0
+        self.env_steps = 0
+        """Largest global env steps a shard reported in a reply (the x axis of our metrics)."""
         self.shards_seen: set[bytes] = set()
         self._shard_by_index: dict[int, bytes] = {}
 
@@ -119,9 +121,19 @@ class SamplerBroker:
                     self._credits.append(shard)
             elif tag == REPLY and len(frames) >= 4:
                 self.replies += 1
+                self._note_steps(frames[3])
                 self.front.send_multipart(frames[2:], copy=False)
             else:
                 self.rejects.add(wire.WireError("bad-envelope", "unknown backend frame"), "sampler")
+
+    def _note_steps(self, header: zmq.Frame) -> None:
+        try:
+            stats = wire.decode_header(header)["m"].get("stats")
+        except wire.WireError:
+            return  # the learner's prefetcher counts malformed replies
+        steps = stats.get("steps") if isinstance(stats, dict) else None
+        if isinstance(steps, int) and not isinstance(steps, bool) and steps > self.env_steps:
+            self.env_steps = steps
 
     def _drain_frontend(self) -> None:
         while True:

@@ -76,7 +76,8 @@ class ParameterShardRole(RoleBase):
                         "ps/iteration": s.info.iteration if s.info else -1,
                         "ps/rejected_messages": s.rejects.total,
                     },
-                    s.fetches,
+                    # the global env steps the newest parameters were published at (one x axis)
+                    max(s.info.env_steps, 0) if s.info else 0,
                 )
 
     def close(self) -> None:

@@ -87,7 +87,8 @@ class ReplayBalancer(RoleBase):
                         "replay_lb/shards_seen": len(b.shards_seen),
                         "replay_lb/expired_requests": b.expired,
                         "replay_lb/rejected_messages": b.rejects.total,
-                    }
+                    },
+                    b.env_steps,
                 )
 
     def close(self) -> None:

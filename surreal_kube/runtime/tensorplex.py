@@ -166,7 +166,8 @@ class TensorplexRole(RoleBase):
         self.writer = ScalarWriter(ctx.folder("tensorboard"))
         self.rejects = wire.Rejects(log)
         self.received = 0
-        self._own_step = 0
+        self._global_step = 0
+        """The learner's newest step (global env steps): the step of tensorplex's own scalars."""
         metrics = ctx.spec.session.metrics
         self.bin_size = metrics.agent_bin_size
         self.counts = {"agents": ctx.spec.agents.count, "evals": ctx.spec.evals.count}
@@ -184,6 +185,8 @@ class TensorplexRole(RoleBase):
             self.rejects.add(exc, "tensorplex")
             return
         self.received += 1
+        if step is not None and src == "learner":
+            self._global_step = max(self._global_step, step)
         if grp is not None and idx is not None:
             run = bin_name(grp, idx, self.bin_size, self.counts.get(grp))
             self.writer.accumulate(run, values, step, stamp)
@@ -213,10 +216,9 @@ class TensorplexRole(RoleBase):
                 "tensorplex/messages_per_s": messages_per_s,
                 "tensorplex/rejected_messages": float(self.rejects.total),
             },
-            self._own_step,
+            self._global_step,
             time.time(),
         )
-        self._own_step += 1
 
     def close(self) -> None:
         """Flush and close the event files and the socket."""
