@@ -26,9 +26,9 @@ def config(
     Examples:
 
     \b
-      surreal-kube config exp-ppo-ant --algorithm ppo --env gym:Ant-v5 -o yaml > exp.yaml
+      surreal-kube config exp-ppo-ant -a ppo -e gym:Ant-v5 -o yaml > exp.yaml
       surreal-kube config exp-ddpg -a ddpg --set replay.shards=2 -o json
-      surreal-kube config exp-ppo-ant -f exp.yaml --num-agents 8 | surreal-kube topology x -f -
+      surreal-kube config exp-ppo-ant -f exp.yaml | surreal-kube topology x -f -
     """
     from surreal_kube.experiment.resolve import dump_json, dump_yaml
 

@@ -125,13 +125,13 @@ def create(
 
     \b
       surreal-kube create exp-ppo-ant --local --env gym:Ant-v5 --max-time 10m
-      surreal-kube create exp-ppo-ant --local --detach --num-agents 4 --max-env-steps 200000
+      surreal-kube create exp-ppo-ant --local -d --num-agents 4 --max-time 1h
       surreal-kube create exp-ppo-ant --local --resume --max-time 20m
       surreal-kube config exp-ppo-ant -o yaml > exp.yaml
       surreal-kube create exp-ppo-ant -f exp.yaml --local --max-time 600
-      surreal-kube create exp-ppo-ant --dry-run=client --num-agents 8 --agent-batch 4
-      surreal-kube create exp-ppo-ant --env gym:Ant-v5 --num-agents 8 -n rl --context gke
-      surreal-kube create exp-ppo-ant --dry-run=server --image cpu=registry/runtime:1a2b3c
+      surreal-kube create exp-ppo-ant --dry-run=client --num-agents 8
+      surreal-kube create exp-ppo-ant --num-agents 8 -n rl --context gke
+      surreal-kube create exp-ppo-ant --dry-run=server --image cpu=reg/rt:1a2b
     """
     is_local = kv.is_local(name, local, root, kubeconfig, context, namespace)
     wait_seconds = so.parse_duration(timeout, "--timeout") or 0.0

@@ -123,7 +123,7 @@ def render(
       surreal-kube render exp-ppo-ant --num-agents 8 --agent-batch 4 -n rl
       surreal-kube render exp-ppo-ant --profile gke.yaml -o json
       surreal-kube render exp-ppo-ant --discover --set resources.learner.gpu=1
-      surreal-kube config exp-ppo-ant -o yaml | surreal-kube render exp-ppo-ant -f -
+      surreal-kube config exp -o yaml | surreal-kube render exp -f -
     """
     exp = so.resolve_from_cli(
         name,

@@ -353,9 +353,10 @@ VERBS = [
 
 @pytest.mark.parametrize("verb", VERBS)
 def test_help_reads_well(tmp_path: Path, verb: str) -> None:
-    res = run(verb, "--help", home=tmp_path, extra={"COLUMNS": "100"})
+    res = run(verb, "--help", home=tmp_path, extra={"COLUMNS": "80"})
     assert res.returncode == 0
     text = res.stdout
+    assert all(len(line) <= 80 for line in text.splitlines()), verb  # examples included
     assert "Examples" in text, verb
     for bad in ("<bool>", "<list[", "<str>", "<int>", "<path>", "<float>", "╭", "{name}"):
         assert bad not in text, (verb, bad)
