@@ -28,6 +28,7 @@ import json
 import os
 import select
 import sys
+import time
 from typing import Any
 
 LIGHT = (
@@ -67,12 +68,15 @@ def preload(stage: str) -> None:
         return
     if stage == "heavy" and not os.environ.get("DISPLAY"):
         os.environ.setdefault("MUJOCO_GL", "egl")  # as envs.make does before rendering
+    started = time.monotonic()
     for name in LIGHT if stage == "light" else HEAVY:
         try:
             importlib.import_module(name)
         except Exception as exc:  # the role imports it again and reports the error in its log
             print(f"forkserver: cannot preload {name}: {exc}", file=sys.stderr, flush=True)
     _loaded.add(stage)
+    took = time.monotonic() - started
+    print(f"forkserver: {stage} modules loaded in {took:.2f} s", file=sys.stderr, flush=True)
 
 
 def _name_process(name: str) -> None:

@@ -18,7 +18,7 @@ from surreal_kube.experiment.resolve import (
 )
 from surreal_kube.experiment.spec import Experiment
 from surreal_kube.experiment.topology import Topology, build_topology
-from tests.comm.ports import free_port
+from surreal_kube.launch.local.ports import allocate_ports
 
 
 class LocalRun:
@@ -41,8 +41,9 @@ class LocalRun:
         self.config = self.dir / "config.yml"
         self.config.write_text(dump_yaml(self.exp))
         self.topology: Topology = build_topology(name, self.exp.spec)
+        # distinct ports: free_port() per endpoint could hand out one port twice
         self.addresses = self.topology.addresses_local(
-            {e: free_port() for e in self.topology.binders}
+            allocate_ports(sorted(self.topology.binders), set())
         )
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
 

@@ -66,12 +66,12 @@ def test_agents_stop_at_their_share_and_keep_it_across_restarts(local_run) -> No
     assert sum(per_agent.values()) == BUDGET
 
     # a restarted agent reads what it took before and takes no more
-    code, _ = run.terminate("agents-0")
+    code, _ = run.terminate("agents-0", timeout=60)  # a loaded 2-core machine exits slowly
     assert code == 0
     run.start("agents-0")
     _wait(lambda: _status(run, "agents-0").get("restarts") == 1, 120, "agents-0 restarted")
     _wait(lambda: _status(run, "agents-0").get("state") == "done", 120, "agents-0 done again")
     assert _status(run, "agents-0")["env_steps_per_agent"] == {"0": 101}
     for name in list(run.procs):
-        code, _ = run.terminate(name)
+        code, _ = run.terminate(name, timeout=60)
         assert code == 0, name
