@@ -205,3 +205,22 @@ def test_keep_best_keeps_the_weights_that_earned_the_score(local_run):
         assert json.loads(best.index_path.read_text())["checkpoints"][0]["score"] == 10.0
     finally:
         role.close()
+
+
+def test_a_restarted_replay_shard_says_it_starts_empty(local_run, caplog):
+    from surreal_kube.runtime.replay import ReplayShard
+
+    run = local_run({"replay": {"kind": "uniform"}}, algorithm="ddpg")
+    run.start("replay")  # the load balancer the shard connects to
+    run.wait_log("replay", "replay load balancer", timeout=120)
+    ctx = _ctx(run, "replay-shard-0", "replay-shard")
+    first = ReplayShard(ctx)
+    assert first.restarts == 0 and first.stats()["restarts"] == 0
+    first.close()
+    with caplog.at_level("WARNING", logger="surreal_kube.runtime.replay"):
+        again = ReplayShard(ctx)
+    try:
+        assert again.restarts == 1 and again.stats()["restarts"] == 1
+        assert any("starts empty" in r.getMessage() for r in caplog.records)
+    finally:
+        again.close()
