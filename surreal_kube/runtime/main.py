@@ -38,13 +38,36 @@ def role_class(role: str) -> type:
     return getattr(importlib.import_module(module), name)
 
 
+def _optimizers_without_dynamo_import() -> None:
+    """Let a torch optimizer be built without importing torch._dynamo first.
+
+    torch wraps `Optimizer.add_param_group` (called by `__init__`), `zero_grad`, `state_dict` and
+    `load_state_dict` in `torch._disable_dynamo`, which imports the whole compiler stack on the
+    first call only to mark the method as never to be compiled; for the learner that was most of
+    its start-up, before it could publish the parameters every agent waits for. We never compile,
+    so the method itself is what the wrapper would run: cache it as its own "disabled" form (the
+    attribute the wrapper looks up first). The first optimizer *step* still imports the module,
+    which `_import_in_background` has done by then.
+    """
+    import torch
+
+    wrapper_code = torch._disable_dynamo(lambda: None).__code__
+    for attr in vars(torch.optim.Optimizer).values():
+        fn = getattr(attr, "__wrapped__", None)
+        if fn is None or getattr(attr, "__code__", None) is not wrapper_code:
+            continue
+        if getattr(fn, "__dynamo_disable", None) is None:
+            fn.__dynamo_disable = fn
+
+
 def _import_in_background(module: str) -> None:
     """Import `module` on a thread, off the start-up path.
 
     Every torch optimizer step imports torch._dynamo (2-3 s of CPU, the compiler stack, which we
     never use); the learner would pay for it at its first update. Imported while the learner
-    builds its model and waits for its first batch, it is there by then. An import error is left
-    to the step that needs the module.
+    waits for its first batch, it is there by then; started only once the learner is built, so
+    that the import's hold on the GIL does not delay the first parameters the agents wait for.
+    An import error is left to the step that needs the module.
     """
 
     def run() -> None:
@@ -77,13 +100,15 @@ def main(argv: list[str] | None = None) -> int:
     stop = StopFlag()
     install_signal_handlers(stop)
     watch_supervisor(stop)  # a role never outlives the local supervisor that started it
-    if args.role == "learner":
-        _import_in_background("torch._dynamo")
     role = None
     code = 0
     try:
         ctx.spec  # noqa: B018 - load the config now: a bad one is a start-up error
+        if args.role == "learner":
+            _optimizers_without_dynamo_import()
         role = role_class(args.role)(ctx, stop)
+        if args.role == "learner":  # built: it publishes, then waits for its first batch
+            _import_in_background("torch._dynamo")
         role.run()
         log.info("stopped (%s)", stop.reason or "done")
     except SurrealKubeError as exc:
