@@ -576,48 +576,77 @@ def load_into_containerd(
     kubelet asks for: `surreal-kube/x:t` is `docker.io/surreal-kube/x:t` to containerd), streamed
     into `ctr images import` in `namespace` (the CRI's), which unpacks it for the kubelet.
     """
-    from docker.errors import APIError
 
     say = progress or (lambda _line: None)
     ctr_path = check_containerd(address, ctr)
     base = [ctr_path, "--address", address.removeprefix("unix://"), "--namespace", namespace]
+
+    def names() -> set[str]:
+        listed = subprocess.run([*base, "images", "ls", "-q"], capture_output=True, text=True)
+        if listed.returncode != 0:
+            raise LaunchError(f"ctr images ls failed: {listed.stderr.strip()}")
+        return set(listed.stdout.split())
+
+    have = names()
+    sent: dict[str, str] = {}  # engine image id -> the name it was imported as
     out = []
     for plan in plans:
         if plan.status not in ("built", "present"):
             out.append(plan)
             continue
         full = normalized(plan.reference)
-        say(f"loading {plan.reference} into containerd {address} ({namespace}) as {full}")
-        repository, tag = split_reference(full)
-        try:
-            client.api.tag(plan.reference, repository, tag, force=True)
-            stream = client.api.get_image(full)
-        except APIError as exc:
-            raise LaunchError(f"exporting {plan.reference} failed: {exc.explanation}") from exc
-        with tempfile.TemporaryFile() as err:
-            proc = subprocess.Popen(
-                # --local: the client unpacks for the CRI's snapshotter (containerd 2's
-                # transfer service does not read a stream); one platform, the engine's.
-                [*base, "images", "import", "--local", "--platform", _platform(), "-"],
-                stdin=subprocess.PIPE,
-                stdout=subprocess.DEVNULL,
-                stderr=err,
+        image_id = client.images.get(plan.reference).id
+        exact = plan.content_hash is not None and plan.tag == plan.content_hash[:TAG_LENGTH]
+        if image_id in sent:  # the same image under another name: a tag, not a second copy
+            say(f"tagging {sent[image_id]} as {full} in containerd")
+            done = subprocess.run(
+                [*base, "images", "tag", "--force", sent[image_id], full],
+                capture_output=True,
+                text=True,
             )
-            assert proc.stdin is not None
-            try:
-                for chunk in stream:
-                    proc.stdin.write(chunk)
-            except BrokenPipeError:
-                pass
-            finally:
-                proc.stdin.close()
-            code = proc.wait()
-            err.seek(0)
-            message = err.read().decode(errors="replace").strip()
-        if code != 0:
-            raise LaunchError(f"ctr images import of {plan.reference} failed: {message}")
-        listed = subprocess.run([*base, "images", "ls", "-q"], capture_output=True, text=True)
-        if full not in listed.stdout.split():
-            raise LaunchError(f"ctr images import of {plan.reference} left no image {full}")
+            if done.returncode != 0:
+                raise LaunchError(f"ctr images tag {full} failed: {done.stderr.strip()}")
+        elif exact and full in have:
+            say(f"{full} is in containerd already (same content-hash tag)")
+        else:
+            say(f"loading {plan.reference} into containerd {address} ({namespace}) as {full}")
+            _import(client, plan.reference, full, [*base, "images", "import"])
+        sent[image_id] = full
+        if full not in names():
+            raise LaunchError(f"loading {plan.reference} left no image {full} in containerd")
         out.append(replace(plan, status="loaded"))
     return out
+
+
+def _import(client: Any, reference: str, full: str, ctr_import: list[str]) -> None:
+    """Stream the engine's docker-archive of `reference`, named `full`, into `ctr import`."""
+    from docker.errors import APIError
+
+    repository, tag = split_reference(full)
+    try:
+        client.api.tag(reference, repository, tag, force=True)
+        stream = client.api.get_image(full)
+    except APIError as exc:
+        raise LaunchError(f"exporting {reference} failed: {exc.explanation}") from exc
+    with tempfile.TemporaryFile() as err:
+        proc = subprocess.Popen(
+            # --local: the client unpacks for the CRI's snapshotter (containerd 2's transfer
+            # service does not read a stream); one platform, the engine's.
+            [*ctr_import, "--local", "--platform", _platform(), "-"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.DEVNULL,
+            stderr=err,
+        )
+        assert proc.stdin is not None
+        try:
+            for chunk in stream:
+                proc.stdin.write(chunk)
+        except BrokenPipeError:
+            pass  # ctr stopped reading: its exit code and message say why
+        finally:
+            proc.stdin.close()
+        code = proc.wait()
+        err.seek(0)
+        message = err.read().decode(errors="replace").strip()
+    if code != 0:
+        raise LaunchError(f"ctr images import of {reference} failed: {message}")
