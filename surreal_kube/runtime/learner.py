@@ -278,6 +278,7 @@ class LearnerRole(RoleBase):
                         "learner/iterations_per_s": iter_rate.rate(self.learner.iteration),
                         "learner/items_per_s": item_rate.rate(self.items),
                         "learner/prefetch_queue": self.prefetcher.qsize,
+                        "learner/iteration": self.learner.iteration,
                         "learner/published_iteration": published_iteration,
                         "learner/global_env_steps": self.global_env_steps,
                         **self._lag_report(),

@@ -10,6 +10,10 @@ step reported.
 Event files are written with the `tensorboard` package's own writer (no TensorFlow, no torch), and
 everything received is validated first: a source name becomes a folder name, so it must be a plain
 DNS-style label.
+
+On Kubernetes it also keeps the experiment's progress record (learner iteration, env steps,
+steps/s, last eval return) and writes it into the ConfigMap `<exp>-progress` (runtime/reporter.py):
+the channel `status`, `list` and the operator read.
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ from surreal_kube.comm.sockets import make_socket
 from surreal_kube.runtime.base import RoleBase
 from surreal_kube.runtime.context import RoleContext
 from surreal_kube.runtime.lifecycle import Every, RateMeter, StopFlag
+from surreal_kube.runtime.reporter import ConfigMapWriter, ProgressTracker, Reporter
 
 log = logging.getLogger(__name__)
 
@@ -171,6 +176,9 @@ class TensorplexRole(RoleBase):
         metrics = ctx.spec.session.metrics
         self.bin_size = metrics.agent_bin_size
         self.counts = {"agents": ctx.spec.agents.count, "evals": ctx.spec.evals.count}
+        self.progress = ProgressTracker()
+        writer = ConfigMapWriter.in_cluster()
+        self.reporter = Reporter(self.progress, writer) if writer else None
 
     def handle(self, frames: list[Any]) -> None:
         """Validate one message and write or accumulate its scalars."""
@@ -185,6 +193,7 @@ class TensorplexRole(RoleBase):
             self.rejects.add(exc, "tensorplex")
             return
         self.received += 1
+        self.progress.observe(src, grp, idx, step, stamp, values)
         if step is not None and src == "learner":
             self._global_step = max(self._global_step, step)
         if grp is not None and idx is not None:
@@ -197,6 +206,8 @@ class TensorplexRole(RoleBase):
         """Receive until stopped; flush bins and files every FLUSH_SECONDS."""
         log.info("tensorplex writing to %s", self.writer.logdir)
         flush, rate = Every(FLUSH_SECONDS), RateMeter()
+        if self.reporter is not None:
+            self.reporter.start()
         while not self.stop.is_set():
             if self.sock.poll(100, zmq.POLLIN):
                 for _ in range(1000):
@@ -229,6 +240,8 @@ class TensorplexRole(RoleBase):
             except zmq.Again:
                 break
         self._write_own(0.0)
+        if self.reporter is not None:
+            self.reporter.stop()
         self.writer.close()
         self.sock.close(0)
         super().close()

@@ -2,8 +2,9 @@
 
 Names follow the suffixes that `Topology.derived_name_suffixes` declares (and that the experiment
 name check already measured): `<exp>-<group>` for workloads and their Services, `<exp>-<group>-<i>`
-for StatefulSet pods. The two extra objects, `<exp>-config` and `<exp>-data`, are shorter than the
-`-<group>-<revision hash>` suffix that is always checked, so they always fit too.
+for StatefulSet pods. The extra objects, `<exp>-config`, `<exp>-data`, `<exp>-progress` and
+`<exp>-reporter`, are shorter than the `-<group>-<revision hash>` suffix that is always checked, so
+they always fit too.
 """
 
 from __future__ import annotations
@@ -32,6 +33,17 @@ def config_name(experiment: str) -> str:
 def data_name(experiment: str) -> str:
     """The PersistentVolumeClaim of the experiment folder."""
     return object_name(experiment, "data")
+
+
+def progress_name(experiment: str) -> str:
+    """The ConfigMap holding the experiment's progress record (experiment/progress.py)."""
+    return object_name(experiment, "progress")
+
+
+def reporter_name(experiment: str) -> str:
+    """The ServiceAccount, Role and RoleBinding of the progress reporter: the only identity of
+    an experiment's pods, allowed to write that one ConfigMap and nothing else."""
+    return object_name(experiment, "reporter")
 
 
 def selector_labels(experiment: str, group: str) -> dict[str, str]:

@@ -1,0 +1,114 @@
+"""The progress record: one definition of the keys that say how far a running experiment got.
+
+Two writers and several readers share these keys, so they are spelled here once:
+
+- the roles' progress files (runtime/status.py, the local backend) use `ITERATION` (the learner)
+  and `LAST_RETURN` (evals) for the same figures;
+- on Kubernetes, tensorplex (which already receives every role's metrics) sends a compact
+  `Record` every few seconds into the experiment's progress ConfigMap `<exp>-progress`
+  (runtime/reporter.py); `status`, `list` and the operator read it back (launch/kube/status.py)
+  into the Experiment status and its printer columns.
+
+A record is JSON, small (a few hundred bytes), and every field may be null: what was not reported
+yet stays null, nothing is invented. Unknown keys are ignored, so a newer writer may add some.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass
+from typing import Any
+
+SCHEMA = 1
+DATA_KEY = "progress.json"
+"""The key of the record in the progress ConfigMap's `data`."""
+
+# The keys, shared with runtime/status.py's progress files (same names, same meaning).
+STATE = "state"
+ITERATION = "iteration"
+"""Learner iterations so far (the global step, restored from checkpoints)."""
+ENV_STEPS = "env_steps"
+"""Environment steps of all agents together, as the learner last saw them."""
+ENV_STEPS_PER_S = "env_steps_per_s"
+ITERATIONS_PER_S = "iterations_per_s"
+LAST_RETURN = "last_return"
+"""Mean return of the newest evaluation."""
+UPDATED_AT = "updated_at"
+
+STATE_STARTING = "starting"
+"""No learner figure received yet."""
+STATE_RUNNING = "running"
+STATE_STOPPED = "stopped"
+"""The writer stopped (its pod shut down); the figures are the last ones it saw."""
+STATE_FINISHED = "finished"
+"""The learner finished its budget: the experiment Succeeded."""
+STATES = (STATE_STARTING, STATE_RUNNING, STATE_STOPPED, STATE_FINISHED)
+MAX_BYTES = 4096
+"""A record larger than this is not a record (the reader ignores it)."""
+
+
+@dataclass
+class Record:
+    """How far the experiment got, as last reported."""
+
+    state: str = STATE_STARTING
+    iteration: int | None = None
+    env_steps: int | None = None
+    env_steps_per_s: float | None = None
+    iterations_per_s: float | None = None
+    last_return: float | None = None
+    updated_at: float | None = None
+    schema: int = SCHEMA
+
+    def to_json(self) -> str:
+        """Compact, sorted JSON (the ConfigMap value)."""
+        return json.dumps(asdict(self), sort_keys=True, separators=(",", ":"))
+
+
+def _int(value: Any) -> int | None:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    if not math.isfinite(value) or value < 0:
+        return None
+    return int(value)
+
+
+def _float(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return float(value) if math.isfinite(value) else None
+
+
+def from_mapping(data: Mapping[str, Any]) -> Record:
+    """A record from any mapping with these keys (a progress file, a decoded ConfigMap value);
+    values of the wrong type become null."""
+    state = data.get(STATE)
+    return Record(
+        state=state if isinstance(state, str) and state in STATES else STATE_STARTING,
+        iteration=_int(data.get(ITERATION)),
+        env_steps=_int(data.get(ENV_STEPS)),
+        env_steps_per_s=_float(data.get(ENV_STEPS_PER_S)),
+        iterations_per_s=_float(data.get(ITERATIONS_PER_S)),
+        last_return=_float(data.get(LAST_RETURN)),
+        updated_at=_float(data.get(UPDATED_AT)),
+    )
+
+
+def parse(text: str | None) -> Record | None:
+    """The record in a ConfigMap value, or None when absent, too large or not a JSON object."""
+    if not text or len(text) > MAX_BYTES:
+        return None
+    try:
+        data = json.loads(text)
+    except ValueError:
+        return None
+    return from_mapping(data) if isinstance(data, dict) else None
+
+
+def from_configmap(obj: Mapping[str, Any] | None) -> Record | None:
+    """The record held by a progress ConfigMap (None: no object, or nothing written yet)."""
+    if not obj:
+        return None
+    return parse((obj.get("data") or {}).get(DATA_KEY))
