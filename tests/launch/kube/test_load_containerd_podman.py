@@ -1,0 +1,163 @@
+"""`load_into_containerd` (what `surreal-kube build --load` runs) against a real containerd: the
+pinned containerd v2 and ctr the real node is built with (tests/cluster/build-node.sh), started
+here on a private socket and root, and a small image built through podman's Docker API.
+
+The real runtime image on the real node is tests/node/test_runtime_image.py.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from surreal_kube.experiment.resolve import resolve_experiment
+from surreal_kube.launch.kube import images
+from tests.launch.kube.engine import BASE_IMAGE, Engine, missing_tools, podman_engine
+
+pytestmark = [pytest.mark.podman, pytest.mark.slow]
+
+CONFIG = """\
+version = 3
+root = "{root}/root"
+state = "{root}/state"
+disabled_plugins = ["io.containerd.grpc.v1.cri", "io.containerd.cri.v1.images",
+                    "io.containerd.cri.v1.runtime"]
+[grpc]
+  address = "{root}/containerd.sock"
+[ttrpc]
+  address = "{root}/containerd.sock.ttrpc"
+"""
+
+
+@dataclass
+class Containerd:
+    socket: str
+    ctr: str
+
+    def run(self, *args: str) -> subprocess.CompletedProcess[str]:
+        cmd = [self.ctr, "--address", self.socket, "--namespace", "k8s.io", *args]
+        return subprocess.run(cmd, capture_output=True, text=True, timeout=120, check=False)
+
+    def names(self) -> list[str]:
+        return self.run("images", "ls", "-q").stdout.split()
+
+
+@pytest.fixture(scope="module")
+def engine() -> Iterator[Engine]:
+    missing = missing_tools()
+    if missing:
+        pytest.skip(f"needs {', '.join(missing)} (Makefile DEB_PACKAGES)")
+    with podman_engine() as eng:
+        yield eng
+
+
+@pytest.fixture(scope="module")
+def containerd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Containerd]:
+    from tests.cluster import node
+
+    bin_dir = node.built_node_bin_dir()
+    if bin_dir is None or not (bin_dir / "containerd").exists():
+        pytest.skip("containerd is not built: run `make node` (tests/cluster/README.md)")
+    # a short path: unix socket paths are limited to 108 bytes
+    root = Path(tmp_path_factory.mktemp("ctd"))
+    conf = root / "config.toml"
+    conf.write_text(CONFIG.format(root=root))
+    sock = root / "containerd.sock"
+    proc = subprocess.Popen(
+        [str(bin_dir / "containerd"), "--config", str(conf)],
+        stdout=subprocess.DEVNULL,
+        stderr=(root / "containerd.log").open("wb"),
+        start_new_session=True,
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while not sock.is_socket():
+            assert proc.poll() is None, (root / "containerd.log").read_text()[-2000:]
+            assert time.monotonic() < deadline, "containerd did not start"
+            time.sleep(0.1)
+        yield Containerd(str(sock), str(bin_dir / "ctr"))
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=10)
+        subprocess.run(["umount", "-R", "-l", str(root / "root")], capture_output=True)
+
+
+def test_load_imports_under_the_kubelets_name_once_and_tags_the_rest(
+    engine: Engine, containerd: Containerd, tmp_path: Path
+) -> None:
+    (tmp_path / "Dockerfile").write_text(
+        f'FROM {BASE_IMAGE}\nRUN echo {uuid.uuid4().hex} > /stamp\nCMD ["cat", "/stamp"]\n'
+    )
+    repo = f"sk-test-{uuid.uuid4().hex[:8]}/tiny"
+    exp = resolve_experiment(
+        "exp-img",
+        sets=[
+            f"images.cpu.build.dockerfile={tmp_path}/Dockerfile",
+            f"images.cpu.build.context=[{tmp_path}]",
+            f"images.cpu.build.repository={repo}",
+        ],
+    )
+    client = images.docker_client(engine.url)
+    said: list[str] = []
+    try:
+        plans = images.build_images(images.plan_images(exp, client=client, keys=["cpu"]), client)
+        (plan,) = plans
+        second = images.release_tag(plan, client, "9.9.9")
+        assert second.reference == f"{repo}:9.9.9"
+
+        loaded = images.load_into_containerd(
+            [plan, second],
+            client,
+            address=containerd.socket,
+            ctr=containerd.ctr,
+            progress=said.append,
+        )
+        assert [p.status for p in loaded] == ["loaded", "loaded"]
+        full = f"docker.io/{plan.reference}"  # what a kubelet asks for `repo:tag`
+        assert {full, f"docker.io/{repo}:9.9.9"} <= set(containerd.names())
+        assert [line.split()[0] for line in said] == ["loading", "tagging"]  # one export
+        check = containerd.run("images", "check", f"name=={full}")
+        assert "complete" in check.stdout and check.stdout.split()[-1] == "true", check.stdout
+
+        # again: the content-hash tag is there already, nothing is exported
+        said.clear()
+        images.load_into_containerd(
+            [plan], client, address=containerd.socket, ctr=containerd.ctr, progress=said.append
+        )
+        assert said == [f"{full} is in containerd already (same content-hash tag)"]
+    finally:
+        listed = engine.podman("images", "-q", "--filter", f"reference=*{repo}*")
+        for image_id in set(listed.stdout.split()):
+            engine.podman("rmi", "-f", image_id)
+        for name in containerd.names():
+            if repo in name:
+                containerd.run("images", "rm", name)
+
+
+def test_a_broken_import_is_reported(engine: Engine, containerd: Containerd) -> None:
+    from surreal_kube.errors import LaunchError
+
+    plan = images.ImagePlan("cpu", BASE_IMAGE, "present")
+    # ctr for a namespace name containerd refuses: the import fails, and says so
+    with pytest.raises(LaunchError, match=r"ctr images ls failed|ctr images import"):
+        images.load_into_containerd(
+            [plan],
+            images.docker_client(engine.url),
+            address=containerd.socket,
+            ctr=containerd.ctr,
+            namespace="Not A Namespace!",
+        )
