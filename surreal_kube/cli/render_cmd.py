@@ -223,7 +223,9 @@ def resolve_images(
         return refs | planner.references(offline)
     plans = planner.plan_images(exp, client=client, keys=keys, registry=registry, push=push)
     if build:
-        plans = planner.build_images(plans, client, push=push, progress=info)
+        plans = planner.build_images(
+            plans, client, push=push, progress=info, wheelhouse=planner.default_wheelhouse()
+        )
     missing = [p for p in plans if p.status == "missing"]
     if missing:
         where = "the registry" if push else "the container engine"
