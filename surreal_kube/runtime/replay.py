@@ -104,14 +104,18 @@ class ReplayShard(RoleBase):
         self, ctx: RoleContext, stop: StopFlag | None = None, *, store: BatchStore | None = None
     ) -> None:
         super().__init__(ctx, stop)
-        from surreal_kube.rl.factory import learner_batch_size, rate_limit
-        from surreal_kube.rl.replay import SampleToInsertRatio
+        from surreal_kube.experiment.algorithms import default_rate_limit
+        from surreal_kube.rl.replay import SampleToInsertRatio  # numpy only: no torch here
 
         spec = ctx.spec.replay
         self.start_sampling = spec.start_sampling
-        spi, tolerance = rate_limit(ctx.spec)
+        spi, tolerance = default_rate_limit(ctx.spec.algorithm)
+        if spec.samples_per_insert is not None:
+            spi = spec.samples_per_insert
+        if spec.rate_tolerance is not None:
+            tolerance = spec.rate_tolerance
         self.limiter = SampleToInsertRatio(
-            spi, spec.start_sampling, tolerance, learner_batch_size(ctx.spec)
+            spi, spec.start_sampling, tolerance, ctx.spec.algorithm.batch_size
         )
         self.stale_dropped = 0
         self.insert_blocked_seconds = 0.0
