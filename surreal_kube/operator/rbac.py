@@ -34,6 +34,14 @@ RULES: list[dict[str, Any]] = [
         "verbs": MANAGE,
     },
     {"apiGroups": ["apps"], "resources": ["statefulsets", "deployments"], "verbs": MANAGE},
+    # the progress reporter's identity (<exp>-reporter). The API server lets the operator grant
+    # only what it holds itself (no `escalate`, no `bind`): get/patch on one ConfigMap.
+    {"apiGroups": [""], "resources": ["serviceaccounts"], "verbs": MANAGE},
+    {
+        "apiGroups": ["rbac.authorization.k8s.io"],
+        "resources": ["roles", "rolebindings"],
+        "verbs": MANAGE,
+    },
     # kopf reports handler outcomes as Events on the Experiment
     {"apiGroups": [""], "resources": ["events"], "verbs": ["create", "patch"]},
 ]

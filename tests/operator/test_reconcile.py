@@ -64,6 +64,13 @@ def test_the_role_is_least_privilege() -> None:
     assert not rbac.allows(rbac.RULES, "", "pods", "create")
     assert not rbac.allows(rbac.RULES, "", "pods", "delete")
     assert not rbac.allows(rbac.RULES, "surreal.ai", "experiments", "create")
+    # it creates the reporter's Role and RoleBinding, but may grant only what it holds itself:
+    # no escalate, no bind, nothing cluster-wide
+    for verb in ("escalate", "bind"):
+        assert not rbac.allows(rbac.RULES, "rbac.authorization.k8s.io", "roles", verb)
+    assert not rbac.allows(rbac.RULES, "rbac.authorization.k8s.io", "clusterroles", "create")
+    assert not rbac.allows(rbac.RULES, "rbac.authorization.k8s.io", "clusterrolebindings", "create")
+    assert not rbac.allows(rbac.RULES, "", "serviceaccounts/token", "create")
     assert rbac.NODE_RULES == [
         {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "watch"]}
     ]

@@ -41,6 +41,9 @@ PRUNABLE: tuple[Resource, ...] = (
 
 CLEANUP: tuple[Resource, ...] = (
     *PRUNABLE,
+    resource("rbac.authorization.k8s.io/v1", "RoleBinding"),
+    resource("rbac.authorization.k8s.io/v1", "Role"),
+    resource("v1", "ServiceAccount"),
     resource("v1", "PersistentVolumeClaim"),
     resource("v1", "Pod"),
 )

@@ -5,6 +5,9 @@ templates print and nothing else decides a name, a port or an address:
 
 - a ConfigMap `<exp>-config` with the resolved spec, mounted read-only (SURREAL_CONFIG);
 - the experiment volume (a PersistentVolumeClaim `<exp>-data`, or what the profile configures);
+- the progress channel: a ConfigMap `<exp>-progress` (no data until tensorplex writes its record)
+  and the ServiceAccount, Role and RoleBinding `<exp>-reporter` that allow `get`/`patch` on that
+  one object; only the tensorplex container mounts that account's token (a projected volume);
 - per group: a Deployment (single replica) or a StatefulSet (agents, evals: the pod ordinal is
   SURREAL_INDEX, read from the `apps.kubernetes.io/pod-index` label through the downward API), one
   container per process of the group;
@@ -48,6 +51,13 @@ ROLE_COMMAND = "surreal-kube-role"
 CONFIG_DIGEST_ANNOTATION = "surreal.ai/config-digest"
 """On each pod template: the digest of the spec sections its component reads (reads.py), so a
 spec edit rolls exactly the workloads whose processes must see it."""
+REPORTER_DIR = "/var/run/secrets/surreal.ai/reporter"
+"""Where the tensorplex container finds its token, the cluster CA and its namespace."""
+REPORTER_VERBS = ["get", "patch"]
+"""What the reporter may do to its own progress ConfigMap: a JSON merge patch needs no more."""
+REPORTER_ROLE = "tensorplex"
+"""The role that writes the progress record (it receives every role's metrics)."""
+TOKEN_SECONDS = 3600
 THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
 """Set from each container's CPU limit: torch and BLAS otherwise size their pools to the node's
 cores, and a 1-CPU container running 32 threads is throttled into a crawl."""
@@ -153,6 +163,9 @@ def render_text(
                 namespace=namespace, claim=claim
             )
         )
+    docs.append(
+        env.get_template("reporter.yaml.j2").render(namespace=namespace, reporter=ctx.reporter())
+    )
     for group in topo.groups:
         for service in ctx.services(group):
             docs.append(
@@ -297,6 +310,15 @@ class _Context:
             "size": self.volume.size,
         }
 
+    def reporter(self) -> dict[str, Any]:
+        return {
+            "name": naming.reporter_name(self.name),
+            "configmap": naming.progress_name(self.name),
+            "labels": self._labels(),
+            "owner": self.owner,
+            "verbs": REPORTER_VERBS,
+        }
+
     def services(self, group: Group) -> list[dict[str, Any]]:
         base = {
             "name": naming.object_name(self.name, group.name),
@@ -346,6 +368,7 @@ class _Context:
         path = volume.path
         if volume.kind == "hostPath" and path:
             path = f"{path.rstrip('/')}/{self.name}"
+        reports = any(p.role == REPORTER_ROLE for p in processes)
         return {
             "labels": self._labels(group.name),
             "annotations": {CONFIG_DIGEST_ANNOTATION: config_digest(self.exp, group.component)},
@@ -358,6 +381,8 @@ class _Context:
             "pull_secrets": list(self.profile.image_pull_secrets),
             "config_dir": CONFIG_DIR,
             "config_map": naming.config_name(self.name),
+            "service_account": naming.reporter_name(self.name) if reports else None,
+            "reporter": {"dir": REPORTER_DIR, "seconds": TOKEN_SECONDS} if reports else None,
             "volume": {
                 "kind": volume.kind,
                 "mount_path": volume.mount_path,
@@ -393,6 +418,12 @@ class _Context:
         entries.extend({"name": name, "value": threads} for name in THREAD_VARIABLES)
         if gpus.visible is not None:
             entries.append({"name": "CUDA_VISIBLE_DEVICES", "value": gpus.visible})
+        reports = process.role == REPORTER_ROLE
+        if reports:
+            entries.append(
+                {"name": "SURREAL_PROGRESS_CONFIGMAP", "value": naming.progress_name(self.name)}
+            )
+            entries.append({"name": "SURREAL_REPORTER_DIR", "value": REPORTER_DIR})
         exposed = [e for e in process.binds if endpoint_spec(e).scope == "cluster"]
         ports = self._ports(tuple(exposed))
         probe = None
@@ -408,4 +439,5 @@ class _Context:
             "cpu": format_cpu(millicpu),
             "memory": format_memory(memory),
             "gpus": gpus.limit,
+            "reporter": reports,
         }

@@ -61,7 +61,8 @@ def test_every_object_validates_strictly(case: str, owned: bool) -> None:
         experiment(case), "rl-test", images=IMAGES, owner=OWNER if owned else None
     )
     kinds = Counter(o["kind"] for o in objects)
-    assert kinds["ConfigMap"] == 1 and kinds["PersistentVolumeClaim"] == 1
+    assert kinds["ConfigMap"] == 2 and kinds["PersistentVolumeClaim"] == 1  # config, progress
+    assert kinds["ServiceAccount"] == kinds["Role"] == kinds["RoleBinding"] == 1
     for obj in objects:
         kubernetes_validate.validate(obj, K8S_VERSION, strict=True)
 
@@ -89,6 +90,50 @@ def test_rendering_is_byte_identical_across_processes() -> None:
     )
     again = dump_objects(render_experiment(exp, "rl", images=IMAGES))
     assert again == outputs[0]
+
+
+@pytest.mark.parametrize("case", sorted(MATRIX))
+def test_only_tensorplex_holds_a_token_and_it_may_write_only_its_progress(case: str) -> None:
+    exp = experiment(case)
+    name = exp.metadata.name
+    objects = render_experiment(exp, "rl", images=IMAGES, owner=OWNER)
+    by_kind = {(o["kind"], o["metadata"]["name"]): o for o in objects}
+    progress_cm = by_kind[("ConfigMap", naming.progress_name(name))]
+    assert "data" not in progress_cm  # re-applying never resets what the reporter wrote
+    reporter = naming.reporter_name(name)
+    assert by_kind[("ServiceAccount", reporter)]["automountServiceAccountToken"] is False
+    assert by_kind[("Role", reporter)]["rules"] == [
+        {
+            "apiGroups": [""],
+            "resources": ["configmaps"],
+            "resourceNames": [naming.progress_name(name)],
+            "verbs": ["get", "patch"],
+        }
+    ]
+    binding = by_kind[("RoleBinding", reporter)]
+    assert binding["roleRef"] == {
+        "apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": reporter,
+    }  # fmt: skip
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": reporter, "namespace": "rl"}]
+    mounting = []
+    for workload in workloads(objects):
+        pod = workload["spec"]["template"]["spec"]
+        assert pod["automountServiceAccountToken"] is False
+        has_token = any("projected" in v for v in pod["volumes"])
+        assert has_token == (pod.get("serviceAccountName") == reporter)
+        for c in pod["containers"]:
+            if any(m["name"] == "reporter" for m in c["volumeMounts"]):
+                mounting.append(c["name"])
+                assert (
+                    env_of(c)["SURREAL_PROGRESS_CONFIGMAP"]["value"]
+                    == progress_cm["metadata"]["name"]
+                )
+            else:
+                assert "SURREAL_REPORTER_DIR" not in env_of(c)
+    assert mounting == ["tensorplex"]
+    # the objects the pods need exist before the workloads that use them
+    kinds = [o["kind"] for o in objects]
+    assert kinds.index("RoleBinding") < kinds.index("Deployment")
 
 
 def test_order_and_root() -> None:
