@@ -47,18 +47,31 @@ pinned requirements file, in the context, says what goes in)."""
 WHEELS_REPOSITORY = "surreal-kube/wheels"
 WHEELS_DOCKERFILE = "FROM scratch\nCOPY . /\n"
 """Wheels at the root: the Dockerfile mounts the whole image at /wheels (an empty `scratch` too)."""
-PIP_TARGET = (
-    "--only-binary=:all:",
-    "--platform",
-    "manylinux_2_36_x86_64",  # Debian bookworm's glibc 2.36; pip also takes older manylinux tags
-    "--python-version",
-    "3.11",
-    "--implementation",
-    "cp",
-    "--abi",
-    "cp311",
-)
-"""The image's interpreter, so the wheelhouse fits the image whatever Python the host runs."""
+GLIBC_MINOR = 36
+"""Debian bookworm's glibc is 2.36: wheels for manylinux_2_5 .. manylinux_2_36 run in the image."""
+
+
+def pip_target(arch: str = "x86_64") -> tuple[str, ...]:
+    """`pip download` options for the image's interpreter and platform, whatever the host runs.
+
+    pip takes each --platform literally (it widens only the legacy manylinux2014/2010 names), so
+    every manylinux tag the image's glibc accepts is listed, legacy aliases included.
+    """
+    platforms = [f"manylinux_2_{minor}_{arch}" for minor in range(GLIBC_MINOR, 4, -1)]
+    platforms += [f"manylinux{legacy}_{arch}" for legacy in ("2014", "2010", "1")]
+    platform_args = [arg for p in platforms for arg in ("--platform", p)]
+    return (
+        "--only-binary=:all:",
+        *platform_args,
+        "--python-version",
+        "3.11",
+        "--implementation",
+        "cp",
+        "--abi",
+        "cp311",
+    )
+
+
 Progress = Callable[[str], None]
 
 
@@ -421,7 +434,7 @@ def fill_wheelhouse(
     """The wheel files of every pin, downloading only those the wheelhouse lacks.
 
     The download is the host's `pip download` with pip's own configuration (index, certificates,
-    proxies), for the image's platform (PIP_TARGET); a warm wheelhouse never runs pip.
+    proxies), for the image's platform (`pip_target`); a warm wheelhouse never runs pip.
     """
     say = progress or (lambda _line: None)
     pins = read_pins(requirements)
@@ -437,7 +450,7 @@ def fill_wheelhouse(
             "download",
             "--no-deps",
             "--disable-pip-version-check",
-            *PIP_TARGET,
+            *pip_target(os.uname().machine),  # the engine builds for this machine
             "--dest",
             str(wheelhouse),
             *(f"{name}=={pins[name]}" for name in missing),

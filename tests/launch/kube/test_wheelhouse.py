@@ -134,3 +134,22 @@ def test_the_charts_operator_image_is_the_one_build_tags() -> None:
     assert values["image"]["repository"] == exp.spec.images["cpu"].build.repository
     assert values["image"]["tag"] == ""  # -> appVersion
     assert chart["appVersion"] == project["version"]  # build tags <repository>:<version>
+
+
+def test_pip_target_lists_every_manylinux_tag_the_images_glibc_runs() -> None:
+    """pip takes --platform literally: a wheel tagged only manylinux_2_28 (glfw) or
+    manylinux_2_31 (tensorboard-data-server) is found only if that exact tag is listed."""
+    args = images.pip_target("x86_64")
+    platforms = [args[i + 1] for i, a in enumerate(args) if a == "--platform"]
+    for tag in (
+        "manylinux_2_36",
+        "manylinux_2_31",
+        "manylinux_2_28",
+        "manylinux_2_17",
+        "manylinux_2_5",
+        "manylinux2014",
+        "manylinux1",
+    ):
+        assert f"{tag}_x86_64" in platforms
+    assert "manylinux_2_37_x86_64" not in platforms  # newer than bookworm's glibc
+    assert args[args.index("--abi") + 1] == "cp311"
