@@ -251,6 +251,16 @@ def status_view(name: str, namespace: str, status: ExperimentStatus, via: str) -
             f"{'-' if status.learner_iteration is None else status.learner_iteration}  "
             f"eval return {'-' if status.eval_return is None else f'{status.eval_return:.1f}'}"
         ),
+        Text(
+            f"  env steps {'-' if status.env_steps is None else f'{status.env_steps:,}'}  "
+            "steps/s "
+            + (
+                "-"
+                if status.env_steps_per_second is None
+                else f"{status.env_steps_per_second:,.0f}"
+            )
+            + f"  progress {status.progress or '-'}"
+        ),
         Text(""),
         components_table(status),
         Text(""),

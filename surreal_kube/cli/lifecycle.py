@@ -98,10 +98,13 @@ def list_(
 def _kube_rows(kube: Any, all_namespaces: bool) -> tuple[str, list[dict[str, Any]]]:
     """(where it looked, one row per experiment on the cluster)."""
     from surreal_kube.launch.kube import cluster
+    from surreal_kube.launch.kube import progress as kube_progress
 
     rows = []
+    records = kube_progress.read_all(kube, kube.namespace, all_namespaces=all_namespaces)
     for found in cluster.list_found(kube, all_namespaces=all_namespaces):
         st = cluster.status_of(kube, found, capacity="none")
+        kube_progress.merge(st, records.get((found.namespace, found.name)))
         rows.append(
             {
                 "name": found.name,
@@ -113,6 +116,8 @@ def _kube_rows(kube: Any, all_namespaces: bool) -> tuple[str, list[dict[str, Any
                 "agents": st.agents,
                 "gpus": st.gpus,
                 "learnerIteration": st.learner_iteration,
+                "envSteps": st.env_steps,
+                "envStepsPerSecond": _tidy(st.env_steps_per_second),
                 "evalReturn": _tidy(st.eval_return),
             }
         )
@@ -124,7 +129,7 @@ def _print_kube(rows: list[dict[str, Any]], where: str, all_namespaces: bool) ->
     if not rows:
         info(f"no experiments in {where}")
         return
-    cols = ["NAME", "PHASE", "AGE", "AGENTS", "GPUS", "ITERATION", "VIA"]
+    cols = ["NAME", "PHASE", "AGE", "AGENTS", "GPUS", "ITERATION", "STEPS", "RETURN", "VIA"]
     if all_namespaces:
         cols.insert(0, "NAMESPACE")
     cells = []
@@ -136,6 +141,8 @@ def _print_kube(rows: list[dict[str, Any]], where: str, all_namespaces: bool) ->
             r["agents"] or "-",
             str(r["gpus"]),
             "-" if r["learnerIteration"] is None else f"{r['learnerIteration']:,}",
+            "-" if r["envSteps"] is None else f"{r['envSteps']:,}",
+            "-" if r["evalReturn"] is None else f"{r['evalReturn']:.1f}",
             r["via"],
         ]
         if all_namespaces:
@@ -230,10 +237,12 @@ def status(
 
 def _status_kube(name: str, where: kv.Target, output: str | None) -> None:
     from surreal_kube.launch.kube import cluster
+    from surreal_kube.launch.kube import progress as kube_progress
 
     kube = kv.connect(where, name)
     found = kv.find(kube, name)
     st = cluster.status_of(kube, found)
+    kube_progress.merge(st, kube_progress.read(kube, name, found.namespace))
     if output == "name":
         names([name])
         return

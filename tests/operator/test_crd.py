@@ -93,7 +93,9 @@ def test_schema_says_what_the_spec_says() -> None:
 def test_printer_columns_status_and_scale() -> None:
     version = crd.experiment_crd()["spec"]["versions"][0]
     names = [c["name"] for c in version["additionalPrinterColumns"] if not c.get("priority")]
-    assert names == ["Phase", "Ready", "Agents", "GPUs", "Iteration", "Return", "Age"]
+    assert names == [
+        "Phase", "Ready", "Agents", "GPUs", "Iteration", "Steps", "Steps/s", "Return", "Age",
+    ]  # fmt: skip
     assert version["subresources"]["status"] == {}
     assert version["subresources"]["scale"]["specReplicasPath"] == ".spec.agents.count"
     status = version["schema"]["openAPIV3Schema"]["properties"]["status"]["properties"]

@@ -55,6 +55,18 @@ PRINTER_COLUMNS: list[dict[str, Any]] = [
     },
     {"name": "GPUs", "type": "integer", "jsonPath": ".status.gpus"},
     {"name": "Iteration", "type": "integer", "jsonPath": ".status.learnerIteration"},
+    {
+        "name": "Steps",
+        "type": "integer",
+        "jsonPath": ".status.envSteps",
+        "description": "environment steps of all agents",
+    },
+    {
+        "name": "Steps/s",
+        "type": "number",
+        "jsonPath": ".status.envStepsPerSecond",
+        "description": "environment steps per second, lately",
+    },
     {"name": "Return", "type": "number", "jsonPath": ".status.evalReturn"},
     {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
     {"name": "Algorithm", "type": "string", "jsonPath": ".spec.algorithm.name", "priority": 1},

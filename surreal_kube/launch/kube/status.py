@@ -5,10 +5,11 @@ nodes and their pods) into an `ExperimentStatus`. The operator writes it to the 
 `status`; `surreal-kube status` and `list` compute it the same way when no operator runs, so both
 paths show the same words. The model is also the CRD's status schema (crd.py).
 
-Progress reported by roles: a pod may carry the annotation `surreal.ai/progress` holding the JSON
-of its progress file (surreal_kube/runtime/status.py: `iterations`, `last_eval_return`, `state`
-...). When the learner's or an eval's pod carries it, the learner iteration and the latest eval
-return appear in the status; when it is absent they stay null, nothing is invented.
+Progress: the experiment's tensorplex writes a progress record (experiment/progress.py: learner
+iteration, env steps, steps/s, last eval return, state) into the ConfigMap `<exp>-progress`;
+launch/kube/progress.py reads it and folds it into this status (`status`, `list`, the operator).
+A pod annotation `surreal.ai/progress` with the same keys is read too (a role's progress file as
+JSON). What nobody reported stays null, nothing is invented.
 
 Pending reasons are said in plain words: "needs 8 nvidia.com/gpu, the largest free slot on
 gpu-pool has 4", from the pod's requests, its node selector and the nodes' free capacity
@@ -26,6 +27,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 from pydantic.alias_generators import to_camel
 
+from surreal_kube.experiment import progress as progress_keys
 from surreal_kube.experiment.quantity import parse_cpu, parse_memory
 from surreal_kube.launch.kube import naming
 from surreal_kube.launch.kube.profile import POOL_LABELS
@@ -103,6 +105,13 @@ class ExperimentStatus(StatusModel):
     learner_restarts: int = Field(0, description="restarts of the learner")
     learner_iteration: int | None = Field(None, description="latest learner iteration reported")
     eval_return: float | None = Field(None, description="latest mean eval return reported")
+    env_steps: int | None = Field(None, description="environment steps of all agents reported")
+    env_steps_per_second: float | None = Field(
+        None, description="environment steps per second of all agents, lately"
+    )
+    progress: str | None = Field(
+        None, description="the progress record's state: starting, running, stopped, finished"
+    )
     components: dict[str, ComponentStatus] = Field(
         default_factory=dict, description="per component: desired, ready, restarts, pending"
     )
@@ -472,15 +481,16 @@ def summarize(
         comp.restarts += container_restarts(pod)
         if reason:
             comp.pending[name] = reason
-        progress = reported_progress(pod)
-        if progress and group == learner_group:
-            if isinstance(progress.get("iterations"), int):
-                learner_iteration = progress["iterations"]
-            learner_state = progress.get("state")
-            if eval_return is None and isinstance(progress.get("last_eval_return"), int | float):
-                eval_return = float(progress["last_eval_return"])
-        elif progress and isinstance(progress.get("last_eval_return"), int | float):
-            eval_return = float(progress["last_eval_return"])
+        reported = reported_progress(pod)
+        record = progress_keys.from_mapping(reported) if reported else None
+        if record and group == learner_group:
+            if record.iteration is not None:
+                learner_iteration = record.iteration
+            learner_state = record.state
+            if eval_return is None and record.last_return is not None:
+                eval_return = record.last_return
+        elif record and record.last_return is not None:
+            eval_return = record.last_return
     for key, count in counted.items():
         group = _group_of_key(experiment, key, components)
         if group:
@@ -494,7 +504,7 @@ def summarize(
     ready_total = sum(min(c.ready, c.desired) for c in components.values())
     agent_pods = components.get(agent_group, ComponentStatus())
     agents_ready = min(agent_pods.ready, agent_pods.desired) * agents_per_pod
-    if learner_state == "finished":
+    if learner_state == progress_keys.STATE_FINISHED:
         phase: Phase = "Succeeded"
         why = "the learner finished its budget"
     elif total and ready_total == total:

@@ -277,14 +277,16 @@ def test_failed_pods_count_as_restarts_and_old_ones_hide_behind_their_replacemen
 
 
 def test_reported_progress_appears_only_when_reported() -> None:
+    # the keys the roles write (runtime/status.py): `iteration`, `last_return`; status.py read
+    # `iterations` / `last_eval_return` and showed nothing
     pods = running_set()
     pods[0]["metadata"]["annotations"]["surreal.ai/progress"] = (
-        '{"iterations": 42, "state": "running", "last_eval_return": 12.5}'
+        '{"iteration": 42, "state": "running", "last_return": 12.5}'
     )
     st = summarize(experiment=EXP, desired=DESIRED, pods=pods)
     assert (st.learner_iteration, st.eval_return, st.phase) == (42, 12.5, "Running")
     pods[0]["metadata"]["annotations"]["surreal.ai/progress"] = (
-        '{"iterations": 50, "state": "finished"}'
+        '{"iteration": 50, "state": "finished"}'
     )
     assert summarize(experiment=EXP, desired=DESIRED, pods=pods).phase == "Succeeded"
     pods[0]["metadata"]["annotations"]["surreal.ai/progress"] = "not json"
