@@ -65,6 +65,7 @@ DNS_SERVICE_IP = "10.96.0.10"
 CLUSTER_DOMAIN = "cluster.local"
 MAX_SLOTS = 16
 SLOT_ROOT = Path("/run/surreal-kube-node")
+SYSCTLS_FILE = SLOT_ROOT / "sysctls.json"
 WORKDIR_PREFIX = "surreal-kube-node-"
 RUNC = "/usr/sbin/runc"  # Debian's runc (Makefile DEB_PACKAGES)
 # Kernel settings the kubelet sets at start (protectKernelDefaults: false); restored at stop.
@@ -399,10 +400,18 @@ class RealNode:
     # -- start steps
 
     def _record_sysctls(self) -> None:
+        """The machine's values before any node's kubelet changed them: the first node of
+        several writes them down, the last one to stop restores them (SYSCTLS_FILE)."""
+        try:
+            self._sysctls = json.loads(SYSCTLS_FILE.read_text())
+            return
+        except (OSError, ValueError):
+            pass
         for key in KUBELET_SYSCTLS:
             path = Path("/proc/sys") / key.replace(".", "/")
             with contextlib.suppress(OSError):
                 self._sysctls[key] = path.read_text().strip()
+        SYSCTLS_FILE.write_text(json.dumps(self._sysctls))
 
     def _setup_network(self) -> None:
         s = self._slot
@@ -485,6 +494,8 @@ disabled_plugins = [
 
 [plugins."io.containerd.cri.v1.runtime"]
   netns_mounts_under_state_dir = true
+  # no CAP_SYS_RESOURCE on these machines: the kubelet's negative OOM scores cannot be set
+  restrict_oom_score_adj = true
   enable_cdi = false
   [plugins."io.containerd.cri.v1.runtime".containerd]
     default_runtime_name = "runc"
@@ -968,8 +979,11 @@ def teardown(state: Mapping[str, Any]) -> None:
     for cached in (CNI_CACHE / "results").glob(f"{slot.cni_network}-*"):
         step(cached.unlink)
     step(_remove_dead_shim_sockets)
-    for key, value in state.get("sysctls", {}).items():
-        step((Path("/proc/sys") / key.replace(".", "/")).write_text, value)
+    others = [d for d in SLOT_ROOT.glob("slot-*") if d != slot.dir]
+    if not others:  # the last node: put back what the first one found
+        for key, value in state.get("sysctls", {}).items():
+            step((Path("/proc/sys") / key.replace(".", "/")).write_text, value)
+        SYSCTLS_FILE.unlink(missing_ok=True)
     if workdir is not None:
         shutil.rmtree(workdir, ignore_errors=True)
     if errors:  # keep the slot: the next sweep tries again

@@ -59,7 +59,7 @@ def test_node_is_ready_with_the_machines_capacity(real_node: Any, kube_cluster: 
     assert capacity["memory"] == f"{mem_kib}Ki"
     addresses = {a["type"]: a["address"] for a in got["status"]["addresses"]}
     assert addresses["InternalIP"] == real_node.node_ip
-    assert got["status"]["nodeInfo"]["containerRuntimeVersion"] == "containerd://v2.4.2"
+    assert got["status"]["nodeInfo"]["containerRuntimeVersion"] == "containerd://2.4.2"
     assert got["status"]["nodeInfo"]["kubeletVersion"] == "v1.37.2"
 
 

@@ -71,7 +71,8 @@ def leftovers(state: dict[str, Any], container_pids: list[int]) -> list[str]:
         for link in node.CONTAINER_LOG_LINKS.iterdir():
             if link.is_symlink() and str(workdir) in os.readlink(link):
                 found.append(f"log link {link}")
-    for key, value in state["sysctls"].items():
+    others = [d for d in node.SLOT_ROOT.glob("slot-*") if d != slot.dir]
+    for key, value in state["sysctls"].items() if not others else ():
         now = (Path("/proc/sys") / key.replace(".", "/")).read_text().strip()
         if now != value:
             found.append(f"sysctl {key}={now} (was {value})")
