@@ -145,6 +145,15 @@ def pod_changed(body: kopf.Body, memo: kopf.Memo, logger: kopf.Logger, **_: Any)
     memo.refresher.poke(meta["namespace"], name)
 
 
+def progress_changed(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
+    """tensorplex wrote its experiment's progress record: refresh that status soon (the
+    refresher folds several writes into one status patch)."""
+    meta = body.get("metadata") or {}
+    name = (meta.get("labels") or {}).get(naming.EXPERIMENT_LABEL)
+    if name and meta.get("name") == naming.progress_name(name):
+        memo.refresher.poke(meta["namespace"], name)
+
+
 def child_deleted(
     type: str | None, body: kopf.Body, memo: kopf.Memo, logger: kopf.Logger, **_: Any
 ) -> None:
@@ -192,6 +201,12 @@ def _deleted(type: str | None, **_: Any) -> bool:
     return type == "DELETED"
 
 
+def _progress(type: str | None, body: kopf.Body, **_: Any) -> bool:
+    meta = body.get("metadata") or {}
+    name = (meta.get("labels") or {}).get(naming.EXPERIMENT_LABEL)
+    return type != "DELETED" and bool(name) and meta.get("name") == naming.progress_name(name)
+
+
 def register(registry: kopf.OperatorRegistry) -> kopf.OperatorRegistry:
     """Attach every handler to `registry`."""
     kopf.on.login(registry=registry, id="login")(login)
@@ -205,6 +220,15 @@ def register(registry: kopf.OperatorRegistry) -> kopf.OperatorRegistry:
     kopf.on.event(
         group="", version="v1", plural="pods", registry=registry, id="pod-changed", labels=MANAGED
     )(pod_changed)
+    kopf.on.event(
+        group="",
+        version="v1",
+        plural="configmaps",
+        registry=registry,
+        id="progress-changed",
+        labels=MANAGED,
+        when=_progress,
+    )(progress_changed)
     for group, version, plural in CHILD_KINDS:
         kopf.on.event(
             group=group or "",

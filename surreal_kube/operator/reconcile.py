@@ -26,6 +26,7 @@ from typing import Any
 from surreal_kube.errors import SpecError, SurrealKubeError
 from surreal_kube.experiment.spec import Experiment
 from surreal_kube.launch.kube import apply, cluster, naming
+from surreal_kube.launch.kube import progress as kube_progress
 from surreal_kube.launch.kube.client import (
     EXPERIMENT,
     NODE,
@@ -291,10 +292,9 @@ def refresh(kube: Kube, namespace: str, name: str, config: Config) -> Experiment
             replacements=replacements,
         )
         status.observed_generation = old.get("observedGeneration")
-        if status.learner_iteration is None:
-            status.learner_iteration = old.get("learnerIteration")
-        if status.eval_return is None:
-            status.eval_return = old.get("evalReturn")
+        # the figures tensorplex reports into <exp>-progress; what it lacks keeps its last value
+        kube_progress.merge(status, kube_progress.read(kube, name, namespace))
+        kube_progress.keep_previous(status, old)
         conds: list[Condition] = []
         budget = config.learner_max_restarts
         if old.get("phase") == "Failed":

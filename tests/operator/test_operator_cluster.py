@@ -16,12 +16,14 @@ from typing import Any
 
 import pytest
 
+from surreal_kube.experiment import progress
 from surreal_kube.experiment.resolve import resolve_experiment
 from surreal_kube.launch.kube import naming
 from surreal_kube.launch.kube.client import EXPERIMENT, InvalidError, resource
 from surreal_kube.launch.kube.cluster import experiment_object
 from surreal_kube.launch.kube.profile import load_profile
 from surreal_kube.launch.kube.render import render_experiment
+from tests.launch.kube.reporter_support import write_progress
 from tests.operator.support import (
     IMAGE_ARGS,
     IMAGES,
@@ -136,24 +138,20 @@ def test_operator_makes_what_the_cli_makes_and_reports_it(
         conds = {c["type"]: c for c in st["conditions"]}
         assert conds["Applied"]["status"] == "True" and conds["Ready"]["status"] == "True"
 
-        # what roles report on their pods reaches the status and kubectl's columns
-        learner = running_pods(kube, name, "learner")[0]
-        kube.patch(
-            POD,
-            learner,
-            {
-                "metadata": {
-                    "annotations": {
-                        "surreal.ai/progress": json.dumps(
-                            {"iterations": 42, "state": "running", "last_eval_return": 12.5}
-                        )
-                    }
-                }
-            },
-        )
+        # what tensorplex reports into <exp>-progress reaches the status and kubectl's columns
+        # (written here with the reporter ServiceAccount's own token, as tensorplex does)
+        write_progress(
+            kube_cluster, kube, name, ns, tmp_path,
+            progress.Record(
+                state="running", iteration=42, env_steps=5000, env_steps_per_s=500.0,
+                last_return=12.5,
+            ),
+        )  # fmt: skip
         wait_for(
             "the learner's iteration", lambda: reported(kube, name).get("learnerIteration") == 42
         )
+        st = reported(kube, name)
+        assert (st["envSteps"], st["envStepsPerSecond"], st["progress"]) == (5000, 500.0, "running")
         out = kubectl(kube_cluster, "get", "experiments", "-n", ns)
         assert out.returncode == 0, out.stderr
         header, row = out.stdout.strip().splitlines()
@@ -164,10 +162,14 @@ def test_operator_makes_what_the_cli_makes_and_reports_it(
             "AGENTS",
             "GPUS",
             "ITERATION",
+            "STEPS",
+            "STEPS/S",
             "RETURN",
             "AGE",
         ]
-        assert row.split()[:7] == [name, "Running", "9/9", "4/4", "0", "42", "12.5"]
+        assert row.split()[:9] == [
+            name, "Running", "9/9", "4/4", "0", "42", "5000", "500", "12.5",
+        ]  # fmt: skip
         wide = kubectl(kube_cluster, "get", "exp", name, "-n", ns, "-o", "wide").stdout
         assert (
             "ALGORITHM" in wide
