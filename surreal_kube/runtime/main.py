@@ -7,11 +7,9 @@ stop (SIGTERM/SIGINT), 1 when the role failed, 2 for a bad command line or envir
 from __future__ import annotations
 
 import argparse
-import contextlib
 import importlib
 import logging
 import sys
-import threading
 
 from surreal_kube.errors import SurrealKubeError
 
@@ -46,8 +44,9 @@ def _optimizers_without_dynamo_import() -> None:
     first call only to mark the method as never to be compiled; for the learner that was most of
     its start-up, before it could publish the parameters every agent waits for. We never compile,
     so the method itself is what the wrapper would run: cache it as its own "disabled" form (the
-    attribute the wrapper looks up first). The first optimizer *step* still imports the module,
-    which `_import_in_background` has done by then.
+    attribute the wrapper looks up first). The first optimizer *step* still imports the module;
+    the learner does that once it has published (an import on a second thread held the first
+    step for the whole import and could hang the interpreter's exit).
     """
     import torch
 
@@ -58,23 +57,6 @@ def _optimizers_without_dynamo_import() -> None:
             continue
         if getattr(fn, "__dynamo_disable", None) is None:
             fn.__dynamo_disable = fn
-
-
-def _import_in_background(module: str) -> None:
-    """Import `module` on a thread, off the start-up path.
-
-    Every torch optimizer step imports torch._dynamo (2-3 s of CPU, the compiler stack, which we
-    never use); the learner would pay for it at its first update. Imported while the learner
-    waits for its first batch, it is there by then; started only once the learner is built, so
-    that the import's hold on the GIL does not delay the first parameters the agents wait for.
-    An import error is left to the step that needs the module.
-    """
-
-    def run() -> None:
-        with contextlib.suppress(Exception):  # reported where the module is really needed
-            importlib.import_module(module)
-
-    threading.Thread(target=run, name=f"import-{module}", daemon=True).start()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -107,8 +89,6 @@ def main(argv: list[str] | None = None) -> int:
         if args.role == "learner":
             _optimizers_without_dynamo_import()
         role = role_class(args.role)(ctx, stop)
-        if args.role == "learner":  # built: it publishes, then waits for its first batch
-            _import_in_background("torch._dynamo")
         role.run()
         log.info("stopped (%s)", stop.reason or "done")
     except SurrealKubeError as exc:
