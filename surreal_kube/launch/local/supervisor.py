@@ -55,9 +55,8 @@ _STOP_ORDER = (
     "loggerplex",
     "tensorplex",
 )
-_HEAVY = ("learner", "agents", "eval", "replay-shard")
-"""Roles that import torch, gymnasium and MuJoCo: the fork server loads those only for them
-(a replay shard imports torch through rl.factory for its rate limiter's batch size)."""
+_HEAVY = ("learner", "agents", "eval")
+"""Roles that import torch, gymnasium and MuJoCo: the fork server loads those only for them."""
 _FINISH_FIRST = ("agents", "learner")
 """Stopped before the final evaluation of a run that reached its budget."""
 
