@@ -104,6 +104,8 @@ def test_create_list_status_scale_delete(
         "AGENTS",
         "GPUS",
         "ITERATION",
+        "STEPS",
+        "RETURN",
         "VIA",
     ]
 
