@@ -11,7 +11,9 @@ pool the spec names (`spec.placement`), or else to a pool chosen by fit:
 Then the whole experiment is packed onto the pools' nodes (first fit, every replica, CPU, memory,
 GPUs and pod slots). A component that does not fit is refused before anything is created, with a
 message saying which component, what it asked for and what the largest pool offers. Capacity is
-what the profile says (or the nodes' allocatable when discovered), not what is free right now.
+what the profile says (or the nodes' allocatable when discovered), not what is free right now. An
+autoscaled pool (`maxCount` in the profile) counts its maximum number of nodes, so a GPU pool
+scaled to zero is a place to go, not a refusal.
 """
 
 from __future__ import annotations
@@ -121,7 +123,7 @@ def _fits_node(pool: NodePool, shape: PodShape) -> bool:
         shape.millicpu <= pool.millicpu
         and shape.memory <= pool.memory_bytes
         and shape.gpus <= pool.gpus
-        and pool.count > 0
+        and pool.capacity_count > 0
     )
 
 
@@ -201,8 +203,13 @@ def _offer(pool: NodePool) -> str:
 def _largest(pools: list[NodePool], shape: PodShape) -> NodePool:
     """The pool with the most of what the pod needs most: GPUs for GPU pods, else CPU."""
     if shape.gpus:
-        return max(pools, key=lambda p: (p.gpus * p.count, p.millicpu * p.count, p.name))
-    return max(pools, key=lambda p: (p.millicpu * p.count, p.memory_bytes * p.count, p.name))
+        return max(
+            pools, key=lambda p: (p.gpus * p.capacity_count, p.millicpu * p.capacity_count, p.name)
+        )
+    return max(
+        pools,
+        key=lambda p: (p.millicpu * p.capacity_count, p.memory_bytes * p.capacity_count, p.name),
+    )
 
 
 def _too_many(
@@ -217,7 +224,7 @@ def _too_many(
     taken = f"; already placed there: {', '.join(used)}" if used else ""
     return (
         f"cannot place {who}: {pods} "
-        f"the node pools: the largest pool for it, {pool.name}, has {pool.count} nodes of "
+        f"the node pools: the largest pool for it, {pool.name}, has {_nodes(pool)} of "
         f"{_offer(pool)}, {pool.pods} pods each ({_pool_total(pool)} in total){taken}"
         f"; {_what_fits(exp, group, shape, pool, packer)}"
     )
@@ -246,8 +253,16 @@ def _what_fits(
     return text
 
 
+def _nodes(pool: NodePool) -> str:
+    """`4 nodes`, or `at most 4 nodes (autoscaled, 0 now)`."""
+    n = pool.capacity_count
+    if pool.autoscaled:
+        return f"at most {n} nodes (autoscaled, {pool.count} now)"
+    return f"{n} nodes"
+
+
 def _pool_total(pool: NodePool) -> str:
-    n = pool.count
+    n = pool.capacity_count
     text = f"cpu {format_cpu(pool.millicpu * n)}, memory {format_memory(pool.memory_bytes * n)}"
     return text + f", {GPU_RESOURCE} {pool.gpus * n}"
 
@@ -257,7 +272,7 @@ class _Packer:
 
     def __init__(self, pools: list[NodePool]) -> None:
         self.free: dict[str, list[list[int]]] = {
-            p.name: [[p.millicpu, p.memory_bytes, p.gpus, p.pods] for _ in range(p.count)]
+            p.name: [[p.millicpu, p.memory_bytes, p.gpus, p.pods] for _ in range(p.capacity_count)]
             for p in pools
         }
         self.placed: dict[str, list[str]] = {p.name: [] for p in pools}

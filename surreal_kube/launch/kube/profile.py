@@ -6,8 +6,9 @@ The node-pool shape is the one the test control plane uses for its simulated poo
 
     pools:
       - name: gpu-pool          # the value of the pool label (cloud.google.com/gke-nodepool)
-        count: 2                # nodes (the maximum, for an autoscaled pool)
-        cpu: "16"               # allocatable per node
+        count: 0                # nodes there now (a fixed pool: its size)
+        maxCount: 4             # autoscaled: the most nodes the autoscaler may add
+        cpu: "16"               # allocatable per node: the machine shape
         memory: 64Gi
         gpus: 4                 # nvidia.com/gpu per node; GKE taints such nodes
     registry: us-docker.pkg.dev/my-project/surreal   # where built images are pushed
@@ -61,7 +62,13 @@ class NodePool(SpecModel):
     """A set of identical nodes; capacities are what one node can give to pods (allocatable)."""
 
     name: str = Field(description="pool name, the value of the profile's poolLabel")
-    count: int = Field(1, ge=0, description="number of nodes (the maximum, if autoscaled)")
+    count: int = Field(1, ge=0, description="number of nodes (now, for an autoscaled pool)")
+    max_count: int | None = Field(
+        None,
+        ge=0,
+        description="autoscaled pool: the most nodes the cluster autoscaler may run; pre-flight "
+        "counts this many, also while the pool is scaled to zero",
+    )
     cpu: CpuQuantity = Field("8", description="allocatable CPU per node, a Kubernetes quantity")
     memory: MemoryQuantity = Field("32Gi", description="allocatable memory per node")
     gpus: int = Field(0, ge=0, description="nvidia.com/gpu per node")
@@ -86,6 +93,16 @@ class NodePool(SpecModel):
         return list(self.taints)
 
     @property
+    def capacity_count(self) -> int:
+        """The nodes pre-flight may count on: the autoscaler's maximum, else the nodes there."""
+        return max(self.count, self.max_count or 0)
+
+    @property
+    def autoscaled(self) -> bool:
+        """Whether the autoscaler may add nodes beyond those there now."""
+        return self.max_count is not None and self.max_count > self.count
+
+    @property
     def millicpu(self) -> int:
         """Allocatable CPU per node in millicores."""
         return to_millicpu(self.cpu)
@@ -94,6 +111,21 @@ class NodePool(SpecModel):
     def memory_bytes(self) -> int:
         """Allocatable memory per node in bytes."""
         return parse_memory(self.memory)
+
+
+def merge_pools(live: Iterable[NodePool], declared: Iterable[NodePool]) -> list[NodePool]:
+    """The live cluster's pools with the profile's declarations on top.
+
+    A declared pool keeps its declared shape (what a new node will offer) and maximum, and takes
+    the live node count when the cluster has such a pool now; a pool scaled to zero has no node
+    to discover, so only its declaration says it exists. Live pools nobody declared are kept.
+    """
+    now = {p.name: p for p in live}
+    out: dict[str, NodePool] = dict(now)
+    for pool in declared:
+        there = now.get(pool.name)
+        out[pool.name] = pool.model_copy(update={"count": there.count}) if there else pool
+    return [out[name] for name in sorted(out)]
 
 
 def to_millicpu(text: str) -> int:

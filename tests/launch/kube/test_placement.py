@@ -12,6 +12,7 @@ from surreal_kube.launch.kube.placement import format_cpu, format_memory, place
 from surreal_kube.launch.kube.profile import (
     ClusterProfile,
     load_profile,
+    merge_pools,
     pools_from_nodes,
     profile_from_dict,
 )
@@ -257,3 +258,62 @@ def test_ten_thousand_cpu_agents_fit_a_thousand_nodes() -> None:
             ["agents.count=30000", "agents.batch=10", "resources.agent.cpu=10"],
             profile_from_dict(SCALE_PROFILE),
         )
+
+
+AUTOSCALED = {
+    "pools": [
+        {"name": "cpu-pool", "count": 2, "cpu": "8", "memory": "32Gi"},
+        # GKE's GPU pool at zero nodes: the autoscaler adds up to 3 when pods ask for GPUs
+        {"name": "gpu-pool", "count": 0, "maxCount": 3, "cpu": "16", "memory": "64Gi", "gpus": 4},
+    ]
+}
+GPU_SETS = ["agents.count=8", "agents.batch=4", "resources.agent.gpu=1", "resources.learner.gpu=1"]
+
+
+def test_a_gpu_pool_scaled_to_zero_is_a_place_to_go() -> None:
+    out = placed(GPU_SETS, profile_from_dict(AUTOSCALED))
+    assert out["learner"].pool == "gpu-pool" and out["agents"].pool == "gpu-pool"
+    assert out["learner"].node_selector == {"cloud.google.com/gke-nodepool": "gpu-pool"}
+    assert GPU_TOLERATION in out["learner"].tolerations
+    # without the autoscaler's maximum, a pool with no node cannot take anything
+    fixed = {"pools": [AUTOSCALED["pools"][0], {**AUTOSCALED["pools"][1], "maxCount": None}]}
+    with pytest.raises(SpecError, match="no node pool has a node that large"):
+        placed(GPU_SETS, profile_from_dict(fixed))
+
+
+def test_pre_flight_counts_the_autoscalers_maximum_and_says_so() -> None:
+    profile = profile_from_dict(AUTOSCALED)
+    placed(["agents.count=11", "resources.agent.gpu=1", "resources.learner.gpu=1"], profile)
+    with pytest.raises(SpecError) as err:  # 3 nodes x 4 GPUs = 12: 13 do not fit
+        placed(["agents.count=13", "resources.agent.gpu=1", "resources.learner.gpu=1"], profile)
+    assert "gpu-pool, has at most 3 nodes (autoscaled, 0 now)" in str(err.value)
+    assert "nvidia.com/gpu 12 in total" in str(err.value)
+
+
+def test_declared_pools_merge_with_the_live_ones() -> None:
+    live = pools_from_nodes(
+        [
+            {
+                "name": f"cpu-{i}",
+                "labels": {"cloud.google.com/gke-nodepool": "cpu-pool"},
+                "taints": [],
+                "allocatable": {"cpu": "8", "memory": "32Gi", "pods": "110"},
+            }
+            for i in range(2)
+        ]
+    )  # the GPU pool is at zero: no node says it exists
+    declared = profile_from_dict({"pools": [AUTOSCALED["pools"][1]]}).pools
+    merged = merge_pools(live, declared)
+    assert [(p.name, p.count, p.capacity_count) for p in merged] == [
+        ("cpu-pool", 2, 2),
+        ("gpu-pool", 0, 3),
+    ]
+    # once the autoscaler added a node, the live count shows, the declared maximum still counts
+    grown = merge_pools([*live, declared[0].model_copy(update={"count": 1, "max_count": None})],
+                        declared)  # fmt: skip
+    assert [(p.name, p.count, p.capacity_count) for p in grown][1] == ("gpu-pool", 1, 3)
+
+
+def test_a_bad_maximum_is_refused() -> None:
+    with pytest.raises(SpecError, match="maxCount"):
+        profile_from_dict({"pools": [{"name": "p", "maxCount": -1}]})
