@@ -23,7 +23,7 @@
 # itself opened lazily), nvJitLink, nvrtc-builtins, nvperf, the nvshmem transports, the headers
 # and static archives. So the build keeps only the sonames above (KEEP_NVIDIA_LIBS) and removes the
 # rest, and never installs triton (GPU kernels of torch.compile) or the cuda-toolkit metapackages:
-# about 3 GB less than `pip install torch`. With no driver in the pod, libcudart answers "no
+# about 2.5 GB less than `pip install torch`. With no driver in the pod, libcudart answers "no
 # device" and torch.cuda.is_available() is False; no other nvidia library is ever called.
 # tests/launch/kube/test_runtime_image_podman.py checks import, a CPU training step and MuJoCo in
 # the built image.
