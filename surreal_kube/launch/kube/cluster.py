@@ -43,7 +43,7 @@ from surreal_kube.launch.kube.client import (
     KubeError,
     resource,
 )
-from surreal_kube.launch.kube.profile import ClusterProfile
+from surreal_kube.launch.kube.profile import ClusterProfile, merge_pools
 from surreal_kube.launch.kube.status import ExperimentStatus, summarize
 
 log = logging.getLogger(__name__)
@@ -158,6 +158,9 @@ def effective_profile(
 ) -> ClusterProfile | None:
     """The profile to render with: the base's pools, else the live cluster's (when allowed).
 
+    A profile that declares autoscaled pools (`maxCount`) declares only what the nodes cannot say:
+    the live pools are read too and the declared ones put over them (`profile.merge_pools`).
+
     With check_fit False, the pools keep their names, labels and taints (so GPU pods still go to
     GPU pools) but their capacity is made unlimited: placement is left to the scheduler, whose
     reason then shows in `status`.
@@ -165,11 +168,19 @@ def effective_profile(
     from surreal_kube.launch.kube.profile import discover_profile
 
     profile = base
-    if (profile is None or not profile.pools) and kube is not None and read_nodes:
+    declared = list(base.pools) if base is not None else []
+    autoscaled = any(p.max_count is not None for p in declared)
+    if (not declared or autoscaled) and kube is not None and read_nodes:
         try:
             profile = discover_profile(kube.api, base=profile)
+            if autoscaled:  # a pool scaled to zero has no node: its declaration says it exists
+                profile = profile.model_copy(
+                    update={"pools": merge_pools(profile.pools, declared)}
+                )
         except LaunchError as exc:
-            if check_fit:
+            if autoscaled:
+                log.info("cannot read the nodes (%s): the profile's pools alone", exc)
+            elif check_fit:
                 raise LaunchError(
                     f"{exc}; pass --profile FILE listing the node pools, or --skip-preflight"
                 ) from exc

@@ -1,0 +1,52 @@
+"""Autoscaled pools against the test control plane: a profile that declares only a GPU pool
+scaled to zero (no node to discover) gets the live pools too, and pre-flight places on it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from surreal_kube.experiment.resolve import experiment_topology, resolve_experiment
+from surreal_kube.launch.kube import cluster
+from surreal_kube.launch.kube.placement import place
+from surreal_kube.launch.kube.profile import profile_from_dict
+from tests.operator.support import connect
+
+pytestmark = pytest.mark.cluster
+
+AT_ZERO = {
+    "pools": [
+        {
+            "name": "gpu-l4",
+            "count": 0,
+            "maxCount": 2,
+            "cpu": "16",
+            "memory": "64Gi",
+            "gpus": 8,
+            "accelerator": "nvidia-l4",
+        }
+    ]
+}
+
+
+def test_a_declared_pool_at_zero_joins_the_live_pools(
+    kube_cluster: Any, kube_namespace: str
+) -> None:
+    kube = connect(kube_cluster, kube_namespace)
+    profile = cluster.effective_profile(kube, profile_from_dict(AT_ZERO), check_fit=True)
+    assert profile is not None
+    pools = {p.name: (p.count, p.capacity_count) for p in profile.pools}
+    assert pools["gpu-l4"] == (0, 2)
+    assert pools["cpu-pool"][0] > 0 and pools["gpu-pool"][0] > 0  # read from the nodes
+    # 12 GPUs of learner + agents: more than the live gpu-pool has (2 x 4), within gpu-l4's 16
+    exp = resolve_experiment(
+        "exp-l4",
+        sets=[
+            "agents.count=11", "resources.agent.gpu=1", "resources.learner.gpu=1",
+            "placement.agent=gpu-l4", "placement.learner=gpu-l4",
+        ],
+    )  # fmt: skip
+    out = place(exp, experiment_topology(exp), profile)
+    assert out["agents"].pool == "gpu-l4" and out["learner"].pool == "gpu-l4"
+    assert out["replay"].pool == "cpu-pool"
