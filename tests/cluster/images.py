@@ -37,7 +37,7 @@ BUSYBOX = Path("/bin/busybox")
 BUSYBOX_APPLETS = (
     "sh", "ls", "cat", "echo", "sleep", "nslookup", "wget", "httpd", "nc", "hostname", "env",
     "ps", "kill", "true", "false", "mkdir", "id", "printf", "grep", "test", "ip", "seq",
-    "head", "tail", "sed", "cut", "tr", "date", "uname", "rm", "cp", "mv", "touch", "wc",
+    "head", "tail", "sed", "cut", "tr", "date", "uname", "rm", "cp", "mv", "touch", "wc", "timeout",
 )  # fmt: skip
 
 
