@@ -269,7 +269,15 @@ def experience(mpc: Any, seconds: float, raw: bool) -> float:
             procs.append(_spawn(mpc, run_raw_receiver, addr, window, stop, out))
             expected = 1
         else:
-            spec = {"replay": {"shards": SHARDS, "kind": "uniform", "capacity": 200_000}}
+            # the rate limiter off: this measures how fast shards take experience
+            spec = {
+                "replay": {
+                    "shards": SHARDS,
+                    "kind": "uniform",
+                    "capacity": 200_000,
+                    "samplesPerInsert": 0,
+                }
+            }
             envs = experiment_envs(Path(tmp), spec)
             lb_stop = mpc.Event()
             procs.append(_spawn(mpc, run_balancer, envs["replay"], lb_stop))
@@ -319,6 +327,7 @@ def sampling(mpc: Any, seconds: float, raw: bool) -> float:
                     "kind": "uniform",
                     "capacity": 100_000,
                     "startSampling": 3000,
+                    "samplesPerInsert": 0,  # the rate limiter off: sampling as fast as it goes
                 }
             }
             envs = experiment_envs(Path(tmp), spec)
