@@ -23,9 +23,13 @@ Fields (schema 1; a field that does not apply to a role is absent, null or 0):
     episodes             episodes finished (agents, evals), cumulative
     last_episode_return  agents: return of the newest finished episode (null before the first)
     iteration            learner: learner iterations, the global step (restored from checkpoints)
-    param_version        learner: the iteration it last published; agents/evals: the iteration
-                         of the parameters they act with (-1: none yet, initial weights)
+    param_version        learner: the iteration it last published; agents: the iteration of the
+                         parameters they act with (-1: none yet, initial weights); evals: the
+                         iteration of the parameters their newest evaluation scored
+    param_env_steps      evals: global env steps at which those parameters were published
     last_return          evals: mean return of the newest evaluation run (null before the first)
+    last_return_std      evals: standard deviation of its episodes' returns
+    last_returns         evals: its episodes' returns (`evals.episodes` of them)
     evaluations          evals: evaluation runs finished, cumulative
     rates                throughput over the last period, e.g. {"env_steps_per_s": ..., ...}
     extra                role-specific details (dropped experience, fetch failures, queue sizes)
