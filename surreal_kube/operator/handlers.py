@@ -130,12 +130,16 @@ def start_resync(memo: kopf.Memo, **_: Any) -> None:
     memo.resyncer.start()
 
 
-def pod_changed(body: kopf.Body, memo: kopf.Memo, logger: kopf.Logger, **_: Any) -> None:
-    """A pod of an experiment changed: count it if it failed; refresh the status soon."""
+def pod_changed(
+    type: str | None, body: kopf.Body, memo: kopf.Memo, logger: kopf.Logger, **_: Any
+) -> None:
+    """A pod of an experiment changed: keep it in the pod cache, count it if it failed, refresh
+    the status soon (from the cache: no list of the experiment's pods)."""
     meta = body.get("metadata") or {}
     name = (meta.get("labels") or {}).get(naming.EXPERIMENT_LABEL)
     if not name:
         return
+    memo.pods.observe(type, body)
     if failure_seen(body):
         try:
             if reconcile.record_failure(memo.kube, meta["namespace"], name, plain(body)):

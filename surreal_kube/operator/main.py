@@ -41,8 +41,9 @@ def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument(
         "--resync",
         type=float,
-        default=10.0,
-        help="seconds between periodic status refreshes and recreation checks (default 10)",
+        default=300.0,
+        help="seconds between full re-reads of every experiment's objects and pods, a safety "
+        "net: watch events drive recreation and status (default 300)",
     )
     p.add_argument("--profile", help="cluster profile YAML (node pools, experiment volume)")
     p.add_argument(
@@ -91,6 +92,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from surreal_kube.launch.kube.client import Kube
     from surreal_kube.launch.kube.profile import load_profile
     from surreal_kube.operator import handlers, reconcile
+    from surreal_kube.operator.podcache import PodCache
 
     try:
         kube = Kube(
@@ -110,11 +112,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         return exc.exit_code
     namespaces = [] if args.all_namespaces else (args.namespace or [kube.namespace])
     registry = handlers.register(kopf.OperatorRegistry())
+    pods = PodCache()
     memo = kopf.Memo(
         kube=kube,
         config=config,
-        refresher=reconcile.Refresher(kube, config),
-        resyncer=reconcile.Resyncer(kube, config, None if args.all_namespaces else namespaces),
+        pods=pods,
+        refresher=reconcile.Refresher(kube, config, pods=pods),
+        resyncer=reconcile.Resyncer(
+            kube, config, None if args.all_namespaces else namespaces, pods=pods
+        ),
     )
     logging.getLogger("surreal_kube.operator").info(
         "watching %s (context %s, server %s)",

@@ -45,7 +45,9 @@ from surreal_kube.launch.kube.status import (
     pending_reason,
     process_key,
     summarize,
+    unscheduled,
 )
+from surreal_kube.operator.podcache import PodCache
 
 log = logging.getLogger("surreal_kube.operator")
 
@@ -60,7 +62,9 @@ class Config:
     """Settings of one operator run (command-line flags, Helm values)."""
 
     learner_max_restarts: int = 5
-    resync_seconds: float = 10.0
+    resync_seconds: float = 300.0
+    """A safety net only: watch events drive recreation and status; the resync re-reads every
+    experiment's objects and pods this often, to heal anything a missed event left behind."""
     profile: ClusterProfile | None = None
     read_nodes: bool = True
     refresh_delay: float = 0.5
@@ -85,6 +89,12 @@ def lock_for(namespace: str, name: str) -> threading.Lock:
     """The lock that serializes one experiment's status writes."""
     with _locks_guard:
         return _locks.setdefault((namespace, name), threading.Lock())
+
+
+def forget_lock(namespace: str, name: str) -> None:
+    """The experiment is gone: drop its lock (the table holds live experiments only)."""
+    with _locks_guard:
+        _locks.pop((namespace, name), None)
 
 
 def owner_of(obj: Mapping[str, Any]) -> dict[str, str]:
@@ -254,11 +264,19 @@ def set_conditions(
         write_status(kube, meta["namespace"], meta["name"], status_patch(old, new))
 
 
-def refresh(kube: Kube, namespace: str, name: str, config: Config) -> ExperimentStatus | None:
-    """Recompute and write the status of one experiment; None when it is gone."""
+def refresh(
+    kube: Kube, namespace: str, name: str, config: Config, pods: PodCache | None = None
+) -> ExperimentStatus | None:
+    """Recompute and write the status of one experiment; None when it is gone.
+
+    pods: the operator's pod cache (from its pod watch); without one the pods are listed.
+    """
     with lock_for(namespace, name):
         obj = kube.get_or_none(EXPERIMENT, name, namespace)
         if obj is None or obj["metadata"].get("deletionTimestamp"):
+            if pods is not None:
+                pods.forget((namespace, name))
+            forget_lock(namespace, name)
             return None
         old = dict(obj.get("status") or {})
         try:
@@ -268,23 +286,28 @@ def refresh(kube: Kube, namespace: str, name: str, config: Config) -> Experiment
             new.update(phase="Failed", reason=f"invalid spec: {exc}")
             write_status(kube, namespace, name, status_patch(old, new))
             return ExperimentStatus.model_validate(new)
-        pods = kube.list(POD, namespace, labels=naming.experiment_selector(name))
+        selector = naming.experiment_selector(name)
+        if pods is None:
+            found = kube.list(POD, namespace, labels=selector)
+        else:
+            found = pods.pods(
+                (namespace, name),
+                lambda: cluster.list_with_version(kube, POD, namespace, selector),
+            )
         replacements = dict(old.get("replacements") or {})
-        for pod in pods:
+        for pod in found:
             if failure_seen(pod):
                 record = count_replacement(replacements, pod)
                 if record is not None:
                     replacements[process_key(pod)] = record
         nodes = None
-        if config.read_nodes and any(
-            (p.get("status") or {}).get("phase") == "Pending" for p in pods
-        ):
+        if config.read_nodes and unscheduled(found):
             with contextlib.suppress(ForbiddenError):
                 nodes = kube.list(NODE)
         status = summarize(
             experiment=name,
             desired=cluster.desired_groups(exp),
-            pods=pods,
+            pods=found,
             agents_per_pod=exp.spec.agents.batch,
             gpus=cluster.requested_gpus(exp),
             agent_selector=cluster.agent_selector(name),
@@ -301,7 +324,7 @@ def refresh(kube: Kube, namespace: str, name: str, config: Config) -> Experiment
             status.phase, status.reason = "Failed", old.get("reason")
         elif status.learner_restarts > budget:
             status.phase = "Failed"
-            last = last_learner_failure(pods)
+            last = last_learner_failure(found)
             status.reason = (
                 f"the learner exhausted its {budget} restarts"
                 + (f" (last: {last})" if last else "")
@@ -378,10 +401,17 @@ class Refresher:
     `delay` seconds after the first poke, then waits for the next one (and exits when idle).
     """
 
-    def __init__(self, kube: Kube, config: Config, idle_exit: float = 60.0) -> None:
+    def __init__(
+        self,
+        kube: Kube,
+        config: Config,
+        idle_exit: float = 60.0,
+        pods: PodCache | None = None,
+    ) -> None:
         self.kube = kube
         self.config = config
         self.idle_exit = idle_exit
+        self.pods = pods
         self._dirty: dict[tuple[str, str], threading.Event] = {}
         self._guard = threading.Lock()
         self._stopped = threading.Event()
@@ -411,7 +441,7 @@ class Refresher:
             time.sleep(self.config.refresh_delay)
             event.clear()
             try:
-                refresh(self.kube, key[0], key[1], self.config)
+                refresh(self.kube, key[0], key[1], self.config, self.pods)
             except Exception as exc:  # a refresh failure must not kill the worker
                 log.warning("status refresh of %s/%s failed: %s", key[0], key[1], exc)
 
@@ -428,9 +458,16 @@ class Resyncer:
     With no finalizer, deleting an experiment never needs the operator: ownership does it all.
     """
 
-    def __init__(self, kube: Kube, config: Config, namespaces: list[str] | None) -> None:
+    def __init__(
+        self,
+        kube: Kube,
+        config: Config,
+        namespaces: list[str] | None,
+        pods: PodCache | None = None,
+    ) -> None:
         self.kube = kube
         self.config = config
+        self.pods = pods
         self.namespaces = namespaces
         """None: every namespace."""
         self._stop = threading.Event()
@@ -451,6 +488,9 @@ class Resyncer:
                 except Exception as exc:  # keep resyncing whatever one list does
                     log.warning("resync: cannot list experiments: %s", exc)
                     continue
+                if self.pods is not None:  # experiments deleted while no event said so
+                    live = {(o["metadata"]["namespace"], o["metadata"]["name"]) for o in found}
+                    self.pods.retain(live, namespace)
                 for obj in found:
                     if self._stop.is_set():
                         return
@@ -460,6 +500,9 @@ class Resyncer:
         meta = obj["metadata"]
         if meta.get("deletionTimestamp"):
             return
+        key = (meta["namespace"], meta["name"])
+        if self.pods is not None:  # re-read the pods: heals what a missed event left behind
+            self.pods.forget(key)
         try:
             if not is_failed(obj):
                 recreated = ensure(self.kube, obj, self.config)
@@ -467,8 +510,8 @@ class Resyncer:
                     log.warning(
                         "%s/%s: recreated %s", meta["namespace"], meta["name"], ", ".join(recreated)
                     )
-            refresh(self.kube, meta["namespace"], meta["name"], self.config)
+            refresh(self.kube, meta["namespace"], meta["name"], self.config, self.pods)
         except SpecError:
-            refresh(self.kube, meta["namespace"], meta["name"], self.config)
+            refresh(self.kube, meta["namespace"], meta["name"], self.config, self.pods)
         except Exception as exc:  # one experiment's trouble must not stop the others
             log.warning("resync of %s/%s failed: %s", meta["namespace"], meta["name"], exc)

@@ -3,7 +3,8 @@
 Shared by the CLI (which applies the rendered objects itself when no operator runs) and the
 operator (which applies them for an `Experiment` object), so both produce the same objects.
 
-- `apply_objects`: server-side apply of each object, in the renderer's order (the root first).
+- `apply_objects`: server-side apply of the objects, several at once: what pods refer to first,
+  then the workloads.
 - `create_objects`: a fresh create. The root (the spec's ConfigMap) goes first; its uid becomes
   every other object's owner; if anything fails part-way, everything applied so far is deleted
   again (the root last, and its deletion would garbage-collect stragglers anyway), so a refused
@@ -57,6 +58,12 @@ def key(obj: Mapping[str, Any]) -> tuple[str, str, str]:
     return (obj["apiVersion"], obj["kind"], obj["metadata"]["name"])
 
 
+WORKLOAD_KINDS = ("StatefulSet", "Deployment", "Job", "ReplicaSet", "Pod")
+PARALLEL = 8
+"""Requests in flight at once: on a busy API server each apply waits for its answer, and the
+answers of twenty objects need not come one after another."""
+
+
 def apply_objects(
     kube: Any,
     objects: Iterable[Mapping[str, Any]],
@@ -64,14 +71,41 @@ def apply_objects(
     *,
     dry_run: bool = False,
     progress: Progress | None = None,
+    applied: list[Mapping[str, Any]] | None = None,
 ) -> list[dict[str, Any]]:
-    """Server-side apply each object in order; the objects as stored (or as they would be)."""
-    out = []
-    for obj in objects:
-        out.append(kube.apply(obj, namespace, dry_run=dry_run))
+    """Server-side apply the objects; the objects as stored (or as they would be), in order.
+
+    Two waves of up to PARALLEL requests at once: first what pods refer to (ConfigMaps, claims,
+    Services...), then the workloads, largest first, so that no pod is made before its claim
+    exists and the thousand agent pods start first. `applied` (if given) collects the objects
+    the server took, for a rollback.
+    """
+    from concurrent.futures import ThreadPoolExecutor
+
+    objs = list(objects)
+    out: list[dict[str, Any] | None] = [None] * len(objs)
+    waves = [
+        [i for i, o in enumerate(objs) if o.get("kind") not in WORKLOAD_KINDS],
+        sorted(
+            (i for i, o in enumerate(objs) if o.get("kind") in WORKLOAD_KINDS),
+            key=lambda i: -int((objs[i].get("spec") or {}).get("replicas") or 1),
+        ),
+    ]
+
+    def one(i: int) -> None:
+        out[i] = kube.apply(objs[i], namespace, dry_run=dry_run)
+        if applied is not None:
+            applied.append(objs[i])
         if progress:
-            progress(f"applied {describe(obj)}")
-    return out
+            progress(f"applied {describe(objs[i])}")
+
+    with ThreadPoolExecutor(max_workers=PARALLEL) as pool:
+        for wave in waves:
+            failures = [f.exception() for f in [pool.submit(one, i) for i in wave]]
+            error = next((e for e in failures if e is not None), None)
+            if error is not None:
+                raise error
+    return [o for o in out if o is not None]
 
 
 def create_objects(
@@ -99,24 +133,18 @@ def create_objects(
         uid = (root.get("metadata") or {}).get("uid") or ("dry-run" if dry_run else None)
         owner = {**root_of(list(objects)), "uid": uid}
         rest = set_owner(objects[1:], owner)
-        out = [root]
-        for obj in rest:
-            out.append(kube.apply(obj, namespace, dry_run=dry_run))
-            applied.append(obj)
-            if progress:
-                progress(f"applied {describe(obj)}")
-        return out
+        out = apply_objects(
+            kube, rest, namespace, dry_run=dry_run, progress=progress, applied=applied
+        )
+        return [root, *out]
     except BaseException as exc:
         if not dry_run and applied:
-            failed = describe(objects[len(applied)]) if len(applied) < len(objects) else "?"
-            log.warning(
-                "create failed at %s; deleting the %d objects applied", failed, len(applied)
-            )
+            log.warning("create failed (%s); deleting the %d objects applied", exc, len(applied))
             rollback(kube, applied, namespace, progress=progress)
         if isinstance(exc, KubeError) and len(applied) < len(objects):
             raise type(exc)(
-                f"{exc} (nothing was left behind: the {len(applied)} objects created before "
-                f"{describe(objects[len(applied)])} were deleted again)",
+                f"{exc} (nothing was left behind: the {len(applied)} objects created "
+                f"meanwhile were deleted again)",
                 exc.status,
                 exc.reason,
             ) from exc

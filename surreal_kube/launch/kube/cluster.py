@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 import logging
+import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -41,10 +42,12 @@ from surreal_kube.launch.kube.client import (
     ForbiddenError,
     Kube,
     KubeError,
+    Resource,
+    describe,
     resource,
 )
 from surreal_kube.launch.kube.profile import ClusterProfile, merge_pools
-from surreal_kube.launch.kube.status import ExperimentStatus, summarize
+from surreal_kube.launch.kube.status import ExperimentStatus, slim_pod, summarize, unscheduled
 
 log = logging.getLogger(__name__)
 
@@ -165,14 +168,12 @@ def effective_profile(
     GPU pools) but their capacity is made unlimited: placement is left to the scheduler, whose
     reason then shows in `status`.
     """
-    from surreal_kube.launch.kube.profile import discover_profile
-
     profile = base
     declared = list(base.pools) if base is not None else []
     autoscaled = any(p.max_count is not None for p in declared)
     if (not declared or autoscaled) and kube is not None and read_nodes:
         try:
-            profile = discover_profile(kube.api, base=profile)
+            profile = discover_pools(kube, base=profile)
             if autoscaled:  # a pool scaled to zero has no node: its declaration says it exists
                 profile = profile.model_copy(
                     update={"pools": merge_pools(profile.pools, declared)}
@@ -202,6 +203,31 @@ def effective_profile(
         for p in profile.pools
     ]
     return profile.model_copy(update={"pools": big})
+
+
+def discover_pools(kube: Kube, base: ClusterProfile | None = None) -> ClusterProfile:
+    """`profile.discover_profile` through our own client: the nodes as plain JSON, in pages.
+
+    The official client's typed node models cost seconds for a thousand nodes (and its CoreV1Api
+    module seconds to import on a busy machine); the pools come out the same.
+    """
+    from surreal_kube.launch.kube.profile import pools_from_nodes
+
+    try:
+        nodes = kube.list(NODE)
+    except KubeError as exc:
+        raise LaunchError(f"cannot list nodes to discover node pools: {exc}") from exc
+    records = [
+        {
+            "name": (n.get("metadata") or {}).get("name", ""),
+            "labels": (n.get("metadata") or {}).get("labels") or {},
+            "taints": (n.get("spec") or {}).get("taints") or [],
+            "allocatable": (n.get("status") or {}).get("allocatable") or {},
+        }
+        for n in nodes
+        if not (n.get("spec") or {}).get("unschedulable")
+    ]
+    return (base or ClusterProfile()).model_copy(update={"pools": pools_from_nodes(records)})
 
 
 def _no_pools(profile: ClusterProfile | None) -> ClusterProfile | None:
@@ -304,6 +330,8 @@ class Found:
     root: dict[str, Any]
     """The `Experiment` object, or the spec's ConfigMap for a direct one."""
     via_operator: bool
+    pods: list[dict[str, Any]] | None = None
+    """Its pods when they were listed together with other experiments' (`list_found`)."""
 
     @property
     def created(self) -> str | None:
@@ -388,6 +416,15 @@ def list_found(
             out[(meta["namespace"], name)] = Found(
                 name, meta["namespace"], _config_exp(cm), cm, False
             )
+    if len(out) > 1:  # one list of every experiment's pods, not one list per experiment
+        for found in out.values():
+            found.pods = []
+        managed = f"app.kubernetes.io/managed-by={naming.NAME},{naming.EXPERIMENT_LABEL}"
+        for pod in kube.list(POD, ns, labels=managed, all_namespaces=all_namespaces):
+            meta = pod["metadata"]
+            key = (meta.get("namespace") or "", meta["labels"][naming.EXPERIMENT_LABEL])
+            if key in out:
+                out[key].pods.append(slim_pod(pod))  # type: ignore[union-attr]
     return [out[k] for k in sorted(out)]
 
 
@@ -417,8 +454,9 @@ def observe(
     *,
     replacements: Mapping[str, Any] | None = None,
     capacity: str = "free",
+    pods: list[dict[str, Any]] | None = None,
 ) -> ExperimentStatus:
-    """The experiment's status computed from its pods now.
+    """The experiment's status computed from its pods now (`pods`: already listed).
 
     capacity: "free" reads every node and every pod bound to them, so that pending reasons name
     the free space ("the largest free slot on gpu-pool has 1"); "nodes" reads nodes only (their
@@ -426,11 +464,10 @@ def observe(
     the credentials may not read them.
     """
     name = exp.metadata.name
-    pods = kube.list(POD, namespace, labels=naming.experiment_selector(name))
+    if pods is None:
+        pods = kube.list(POD, namespace, labels=naming.experiment_selector(name))
     nodes = all_pods = None
-    if capacity in ("free", "nodes") and any(
-        (p.get("status") or {}).get("phase") == "Pending" for p in pods
-    ):
+    if capacity in ("free", "nodes") and unscheduled(pods):
         try:
             nodes = kube.list(NODE)
             if capacity == "free":
@@ -461,6 +498,7 @@ def status_of(kube: Kube, found: Found, *, capacity: str = "free") -> Experiment
         found.namespace,
         replacements=reported.get("replacements"),
         capacity=capacity,
+        pods=found.pods,
     )
     if reported:
         if reported.get("phase") == "Failed":
@@ -497,48 +535,173 @@ def wait_running(
     poll: float = 1.0,
     tick: Callable[[ExperimentStatus], None] | None = None,
 ) -> ExperimentStatus:
-    """Poll until every pod is Running (returns the status) or the experiment Failed (raises).
+    """Wait until every pod is Running (returns the status) or the experiment Failed (raises).
 
-    Through the operator, a spec the operator refuses (its condition Applied=False) or an
-    operator that never picks the object up fails fast instead of waiting for the timeout.
+    The pods are listed once and then watched (`PodWatch`), so waiting for 10,000 pods costs
+    one list and a stream of changes, not a list of every pod each second; the status is
+    recomputed when something changed, at most every `poll` seconds. Through the operator the
+    `Experiment` is read at most every `poll` seconds too: a spec the operator refuses (its
+    condition Applied=False) or an operator that never picks the object up fails fast instead
+    of waiting for the timeout.
     """
     exp, namespace = found_or_plan.exp, found_or_plan.namespace
     via_operator = found_or_plan.via_operator
     name = exp.metadata.name
     start = time.monotonic()
-    while True:
-        reported: dict[str, Any] = {}
-        if via_operator:
-            cr = kube.get_or_none(EXPERIMENT, name, namespace)
-            if cr is None:
-                raise LaunchError(f"Experiment {name} disappeared while starting")
-            reported = dict(cr.get("status") or {})
-            for cond in reported.get("conditions") or []:
-                if cond.get("type") == "Applied" and cond.get("status") == "False":
-                    why = cond.get("message") or cond.get("reason")
-                    raise RefusedError(f"the operator cannot apply {name}: {why}")
-            if reported.get("phase") == "Failed":
-                raise LaunchError(f"{name} failed: {reported.get('reason')}")
-            if not reported and time.monotonic() - start > OPERATOR_ACK_SECONDS:
-                raise RefusedError(
-                    f"the Experiment CRD is installed but no operator picked up {name} within "
-                    f"{OPERATOR_ACK_SECONDS:.0f}s: is the surreal-kube operator running and "
-                    f"watching namespace {namespace!r}? (use --direct to apply the objects "
-                    "without an operator)"
-                )
-        status = observe(
-            kube, exp, namespace, replacements=reported.get("replacements"), capacity="nodes"
-        )
-        if tick:
-            tick(status)
-        if status.phase == "Running":
-            return status
-        if time.monotonic() - start > timeout:
-            raise LaunchError(
-                f"{name} is not running after {timeout:.0f}s: {status.reason}; it was left as "
-                f"it is: see `surreal-kube status {name}`, or delete it"
+    desired, gpus = desired_groups(exp), requested_gpus(exp)
+    reported: dict[str, Any] = {}
+    asked = -poll
+    with PodWatch(kube, namespace, naming.experiment_selector(name)) as pods:
+        while True:
+            if via_operator and time.monotonic() - asked >= poll:
+                asked = time.monotonic()
+                reported = _operator_verdict(kube, name, namespace, start)
+            status = summarize(
+                experiment=name,
+                desired=desired,
+                pods=pods.snapshot(),
+                agents_per_pod=exp.spec.agents.batch,
+                gpus=gpus,
+                agent_selector=agent_selector(name),
+                replacements=reported.get("replacements"),
             )
-        time.sleep(poll)
+            if tick:
+                tick(status)
+            if status.phase == "Running":
+                return status
+            if time.monotonic() - start > timeout:
+                # now say why in the words that need the nodes (one look, not one per second)
+                status = observe(
+                    kube, exp, namespace, replacements=reported.get("replacements"),
+                    capacity="nodes",
+                )  # fmt: skip
+                raise LaunchError(
+                    f"{name} is not running after {timeout:.0f}s: {status.reason}; it was left "
+                    f"as it is: see `surreal-kube status {name}`, or delete it"
+                )
+            pods.changed.wait(poll)
+            time.sleep(min(poll, 0.2))  # fold a burst of changes into one recomputation
+            pods.changed.clear()
+
+
+def _operator_verdict(kube: Kube, name: str, namespace: str, start: float) -> dict[str, Any]:
+    """The operator's status of `name`; RefusedError / LaunchError when it gave up on it."""
+    cr = kube.get_or_none(EXPERIMENT, name, namespace)
+    if cr is None:
+        raise LaunchError(f"Experiment {name} disappeared while starting")
+    reported = dict(cr.get("status") or {})
+    for cond in reported.get("conditions") or []:
+        if cond.get("type") == "Applied" and cond.get("status") == "False":
+            why = cond.get("message") or cond.get("reason")
+            raise RefusedError(f"the operator cannot apply {name}: {why}")
+    if reported.get("phase") == "Failed":
+        raise LaunchError(f"{name} failed: {reported.get('reason')}")
+    if not reported and time.monotonic() - start > OPERATOR_ACK_SECONDS:
+        raise RefusedError(
+            f"the Experiment CRD is installed but no operator picked up {name} within "
+            f"{OPERATOR_ACK_SECONDS:.0f}s: is the surreal-kube operator running and "
+            f"watching namespace {namespace!r}? (use --direct to apply the objects "
+            "without an operator)"
+        )
+    return reported
+
+
+def list_with_version(
+    kube: Kube, res: Resource, namespace: str, selector: str
+) -> tuple[list[dict[str, Any]], str]:
+    """Every object of a kind matching `selector` (pages of 500) and the list's resourceVersion,
+    from which a watch continues without missing a change."""
+    query: dict[str, Any] = {"labelSelector": selector, "limit": 500}
+    items: list[dict[str, Any]] = []
+    while True:
+        page = kube.raw("GET", res.path(namespace), query=query, what=f"list {res.plural}")
+        items.extend(page.get("items") or [])
+        meta = page.get("metadata") or {}
+        if not meta.get("continue"):
+            return items, str(meta.get("resourceVersion") or "")
+        query["continue"] = meta["continue"]
+
+
+class PodWatch:
+    """The pods matching a selector, kept current by one list and then a watch (a thread).
+
+    `snapshot()` gives the pods (slim copies, `status.slim_pod`); `changed` is set whenever one
+    changed. A watch the server ends is resumed from the last resourceVersion; one that expired
+    (410 Gone) or broke starts again with a list. Use it as a context manager.
+    """
+
+    def __init__(self, kube: Kube, namespace: str, selector: str, timeout: float = 60.0) -> None:
+        self.kube = kube
+        self.namespace = namespace
+        self.selector = selector
+        self.timeout = timeout
+        self.changed = threading.Event()
+        self._pods: dict[str, dict[str, Any]] = {}
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._error: BaseException | None = None
+        self._version = self._list()
+        self._thread = threading.Thread(target=self._run, name="pod-watch", daemon=True)
+        self._thread.start()
+
+    def __enter__(self) -> PodWatch:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def snapshot(self) -> list[dict[str, Any]]:
+        """The pods now (raises what made the watch give up, if anything did)."""
+        if self._error is not None:
+            raise self._error
+        with self._lock:
+            return list(self._pods.values())
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def _list(self) -> str:
+        items, version = list_with_version(self.kube, POD, self.namespace, self.selector)
+        pods = {pod["metadata"]["name"]: slim_pod(pod) for pod in items}
+        with self._lock:
+            self._pods = pods
+        self.changed.set()
+        return version
+
+    def _run(self) -> None:
+        failures = 0
+        while not self._stop.is_set():
+            try:
+                for kind, pod in self.kube.watch(
+                    POD, self.namespace, labels=self.selector,
+                    resource_version=self._version, timeout=self.timeout,
+                ):  # fmt: skip
+                    if self._stop.is_set():
+                        return
+                    self._version = (pod.get("metadata") or {}).get("resourceVersion") or (
+                        self._version
+                    )
+                    if kind in ("ADDED", "MODIFIED", "DELETED"):
+                        with self._lock:
+                            name = pod["metadata"]["name"]
+                            if kind == "DELETED":
+                                self._pods.pop(name, None)
+                            else:
+                                self._pods[name] = slim_pod(pod)
+                        self.changed.set()
+                failures = 0
+            except KubeError as exc:
+                failures += 1
+                if failures > 5:
+                    self._error = exc
+                    self.changed.set()
+                    return
+                if self._stop.wait(min(0.2 * failures, 1.0)):
+                    return
+                try:
+                    self._version = self._list()
+                except KubeError:
+                    continue
 
 
 # --------------------------------------------------------------------------- scale
@@ -568,7 +731,7 @@ def scale(
         if progress:
             progress(f"Experiment/{found.name}: agents.count={agents}; the operator applies it")
         return new
-    reapply(kube, new, found.namespace, profile=profile, progress=progress)
+    reapply(kube, new, found.namespace, profile=profile, progress=progress, old=found.exp)
     return new
 
 
@@ -579,8 +742,14 @@ def reapply(
     *,
     profile: ClusterProfile | None = None,
     progress: Progress | None = None,
+    old: Experiment | None = None,
 ) -> None:
-    """Render a changed spec of a direct experiment and apply the difference (and prune)."""
+    """Render a changed spec of a direct experiment and apply the difference (and prune).
+
+    old: the experiment as it runs; then only the objects whose rendering changed are applied
+    and only those it no longer renders are deleted (scaling the agents touches the spec's
+    ConfigMap and one StatefulSet: two requests, not one per object plus a list per kind).
+    """
     from surreal_kube.launch.kube.ownership import root_of, set_owner
     from surreal_kube.launch.kube.render import render_experiment
 
@@ -588,12 +757,55 @@ def reapply(
     prof = effective_profile(kube, profile, check_fit=True)
     objects = render_experiment(exp, namespace, images=refs or None, profile=prof)
     root = kube.apply(objects[0], namespace)
-    owned = set_owner(objects[1:], {**root_of(objects), "uid": root["metadata"]["uid"]})
-    apply.apply_objects(kube, owned, namespace, progress=progress)
-    apply.prune(kube, exp.metadata.name, objects, namespace, progress=progress)
+    owner = {**root_of(objects), "uid": root["metadata"]["uid"]}
+    if old is None:
+        owned = set_owner(objects[1:], owner)
+        apply.apply_objects(kube, owned, namespace, progress=progress)
+        apply.prune(kube, exp.metadata.name, objects, namespace, progress=progress)
+        return
+    before_refs = used_image_refs(old) or {}
+    before = {
+        apply.key(o): o
+        for o in render_experiment(old, namespace, images=before_refs or None, profile=prof)
+    }
+    changed = [o for o in objects[1:] if before.get(apply.key(o)) != o]
+    apply.apply_objects(kube, set_owner(changed, owner), namespace, progress=progress)
+    wanted = {apply.key(o) for o in objects}
+    for gone_key, obj in before.items():
+        if gone_key not in wanted and obj.get("kind") in {r.kind for r in apply.PRUNABLE}:
+            res = kube.resource_for(obj["apiVersion"], obj["kind"])
+            kube.delete(res, obj["metadata"]["name"], namespace)
+            if progress:
+                progress(f"pruned {describe(obj)}")
 
 
 # --------------------------------------------------------------------------- delete
+
+
+def _any_left(kube: Kube, namespace: str, selector: str) -> bool:
+    """Whether any object of the experiment is left (retained ones aside), cheaply.
+
+    One small page per kind, stopping at the first kind with something left, and that kind is
+    asked first the next time: waiting for a thousand pods to go costs one small request per
+    poll, not a list of every object of every kind.
+    """
+    from surreal_kube.launch.kube.ownership import is_retained
+
+    kinds = sorted(apply.CLEANUP, key=lambda r: r != _last_left.get(namespace))
+    for res in kinds:
+        query = {"labelSelector": selector, "limit": 20}
+        page = kube.raw("GET", res.path(namespace), query=query, what=f"list {res.plural}")
+        items = page.get("items") or []
+        if any(not is_retained(o) for o in items) or (
+            (page.get("metadata") or {}).get("continue")
+            and any(not is_retained(o) for o in kube.list(res, namespace, labels=selector))
+        ):
+            _last_left[namespace] = res  # asked first next time: one request per poll
+            return True
+    return False
+
+
+_last_left: dict[str, Resource] = {}
 
 
 def delete(
@@ -621,16 +833,14 @@ def delete(
 
     deadline = time.monotonic() + timeout
     selector = naming.experiment_selector(name)
-    while True:
-        left = [
-            f"{o['kind']}/{o['metadata']['name']}"
-            for res in apply.CLEANUP
-            for o in kube.list(res, ns, labels=selector)
-            if not is_retained(o)
-        ]
-        if not left or time.monotonic() > deadline:
-            break
+    while _any_left(kube, ns, selector) and time.monotonic() < deadline:
         time.sleep(0.5)
+    left = [
+        f"{o['kind']}/{o['metadata']['name']}"
+        for res in apply.CLEANUP
+        for o in kube.list(res, ns, labels=selector)
+        if not is_retained(o)
+    ]
     if found.via_operator:
         with contextlib.suppress(KubeError):
             while kube.get_or_none(EXPERIMENT, name, ns) and time.monotonic() < deadline:

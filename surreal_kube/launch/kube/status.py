@@ -19,6 +19,7 @@ scheduler's own message is rephrased instead.
 
 from __future__ import annotations
 
+import copy
 import json
 import re
 from collections.abc import Iterable, Mapping
@@ -134,6 +135,70 @@ class ExperimentStatus(StatusModel):
 
 
 # --------------------------------------------------------------------------- pods
+
+
+def slim_pod(pod: Mapping[str, Any]) -> dict[str, Any]:
+    """The part of a pod that `summarize` and `pending_reason` read, as a new plain dict.
+
+    Whoever keeps many pods (the operator watching 10,000 of them, `create` waiting for them)
+    keeps these: about a tenth of a whole pod (no env, volumes, probes, managed fields).
+    """
+    meta = pod.get("metadata") or {}
+    spec = pod.get("spec") or {}
+    status = pod.get("status") or {}
+    out_meta: dict[str, Any] = {
+        k: meta[k]
+        for k in ("name", "namespace", "uid", "creationTimestamp", "deletionTimestamp")
+        if meta.get(k) is not None
+    }
+    out_meta["labels"] = dict(meta.get("labels") or {})
+    progress = (meta.get("annotations") or {}).get(PROGRESS_ANNOTATION)
+    if progress is not None:
+        out_meta["annotations"] = {PROGRESS_ANNOTATION: progress}
+    owners = [
+        {"kind": r.get("kind"), "name": r.get("name")} for r in meta.get("ownerReferences") or []
+    ]
+    if owners:
+        out_meta["ownerReferences"] = owners
+    out_spec: dict[str, Any] = {
+        k: copy.deepcopy(spec[k])
+        for k in ("nodeName", "nodeSelector", "tolerations", "overhead")
+        if spec.get(k) is not None
+    }
+    for key in ("containers", "initContainers"):
+        if spec.get(key):
+            out_spec[key] = [
+                {"name": c.get("name"), "resources": copy.deepcopy(c.get("resources") or {})}
+                for c in spec[key]
+            ]
+    out_status: dict[str, Any] = {
+        k: status[k] for k in ("phase", "reason", "message") if status.get(k) is not None
+    }
+    if status.get("conditions"):
+        out_status["conditions"] = [
+            {k: c[k] for k in ("type", "status", "reason", "message") if k in c}
+            for c in status["conditions"]
+        ]
+    if status.get("containerStatuses"):
+        out_status["containerStatuses"] = [
+            {
+                k: copy.deepcopy(c[k])
+                for k in ("name", "image", "ready", "restartCount", "state", "lastState")
+                if k in c
+            }
+            for c in status["containerStatuses"]
+        ]
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": out_meta, "spec": out_spec,
+            "status": out_status}  # fmt: skip
+
+
+def unscheduled(pods: Iterable[Mapping[str, Any]]) -> bool:
+    """True when the scheduler could not place some pod (only then do node capacities matter)."""
+    return any(
+        c.get("type") == "PodScheduled" and c.get("status") == "False"
+        for p in pods
+        for c in (p.get("status") or {}).get("conditions") or []
+    )
 
 
 def pod_ready(pod: Mapping[str, Any]) -> bool:
