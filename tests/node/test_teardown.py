@@ -53,13 +53,13 @@ def leftovers(state: dict[str, Any], container_pids: list[int]) -> list[str]:
     found += [
         f"iptables {r}"
         for r in rules.splitlines()
-        if "KUBE-" in r or "CNI-" in r or "10.66." in r or slot.cni_network in r
+        if "KUBE-" in r or "CNI-" in r or slot.host_ip in r or slot.cni_network in r
     ]
     for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
         fields = line.split()
         ip_hex, port_hex = fields[1].split(":")
         ip = ".".join(str(b) for b in reversed(bytes.fromhex(ip_hex)))
-        if fields[3] == "0A" and ip.startswith("10.66.255."):
+        if fields[3] == "0A" and ip in (slot.host_ip, slot.node_ip):
             found.append(f"listening {ip}:{int(port_hex, 16)}")
     found += [f"cgroup {d}" for d in node._cgroup_dirs(slot.cgroup_root)]
     if workdir.exists():
