@@ -42,6 +42,9 @@ LEARNER_PUBLISHED = "learner/published_iteration"
 LEARNER_ITERATIONS_PER_S = "learner/iterations_per_s"
 AGENT_STEPS_PER_S = "agent/env_steps_per_s"
 EVAL_RETURN = "charts/eval_return"
+LEARNER_FINISHED = "learner/finished"
+"""A learner that ended its budget sends 1 here: the record's state becomes `finished` (and the
+experiment's phase Succeeded)."""
 
 
 class ProgressTracker:
@@ -72,11 +75,14 @@ class ProgressTracker:
                 iteration = values.get(LEARNER_ITERATION, values.get(LEARNER_PUBLISHED))
                 if iteration is not None and iteration >= 0:
                     self.iteration = max(self.iteration or 0, int(iteration))
-                    self.state = progress.STATE_RUNNING
+                    if self.state != progress.STATE_FINISHED:
+                        self.state = progress.STATE_RUNNING
                 if step is not None:
                     self.env_steps = max(self.env_steps or 0, step)
                 if LEARNER_ITERATIONS_PER_S in values:
                     self.iterations_per_s = values[LEARNER_ITERATIONS_PER_S]
+                if values.get(LEARNER_FINISHED, 0.0) >= 1.0:
+                    self.state = progress.STATE_FINISHED
             if group == "agents" and index is not None and AGENT_STEPS_PER_S in values:
                 self._agent_rates[index] = (values[AGENT_STEPS_PER_S], time.monotonic())
             if EVAL_RETURN in values and stamp >= self._return_time:

@@ -29,6 +29,13 @@ def test_the_tracker_keeps_the_newest_figures_of_each_role() -> None:
     assert progress.parse(rec.to_json()) == rec
 
 
+def test_a_finished_learner_stays_finished() -> None:
+    t = ProgressTracker()
+    t.observe("learner", None, None, 100, 1.0, {"learner/iteration": 9.0, "learner/finished": 1})
+    t.observe("learner", None, None, 100, 2.0, {"learner/iteration": 9.0})
+    assert t.record().state == "finished"
+
+
 def test_without_an_api_server_the_writer_is_off_with_one_line(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
