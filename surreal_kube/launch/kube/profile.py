@@ -188,6 +188,12 @@ class ClusterProfile(SpecModel):
     )
     experiment_volume: ExperimentVolume = Field(default_factory=ExperimentVolume)
     run_as_user: int = Field(10001, ge=1, description="non-root uid (and gid) of every container")
+    progress_reporter: bool = Field(
+        True,
+        description="give tensorplex the ServiceAccount <exp>-reporter (a Role on its one "
+        "progress ConfigMap) so that progress reaches status and list; creating a Role needs "
+        "more than the 'edit' ClusterRole: false leaves every pod without a token, and no progress",
+    )
 
     @model_validator(mode="after")
     def _unique(self) -> ClusterProfile:

@@ -164,7 +164,9 @@ def render_text(
             )
         )
     docs.append(
-        env.get_template("reporter.yaml.j2").render(namespace=namespace, reporter=ctx.reporter())
+        env.get_template("reporter.yaml.j2").render(
+            namespace=namespace, reporter=ctx.reporter(), identity=profile.progress_reporter
+        )
     )
     for group in topo.groups:
         for service in ctx.services(group):
@@ -368,7 +370,9 @@ class _Context:
         path = volume.path
         if volume.kind == "hostPath" and path:
             path = f"{path.rstrip('/')}/{self.name}"
-        reports = any(p.role == REPORTER_ROLE for p in processes)
+        reports = self.profile.progress_reporter and any(
+            p.role == REPORTER_ROLE for p in processes
+        )
         return {
             "labels": self._labels(group.name),
             "annotations": {CONFIG_DIGEST_ANNOTATION: config_digest(self.exp, group.component)},
@@ -418,7 +422,7 @@ class _Context:
         entries.extend({"name": name, "value": threads} for name in THREAD_VARIABLES)
         if gpus.visible is not None:
             entries.append({"name": "CUDA_VISIBLE_DEVICES", "value": gpus.visible})
-        reports = process.role == REPORTER_ROLE
+        reports = self.profile.progress_reporter and process.role == REPORTER_ROLE
         if reports:
             entries.append(
                 {"name": "SURREAL_PROGRESS_CONFIGMAP", "value": naming.progress_name(self.name)}

@@ -136,6 +136,17 @@ def test_only_tensorplex_holds_a_token_and_it_may_write_only_its_progress(case: 
     assert kinds.index("RoleBinding") < kinds.index("Deployment")
 
 
+def test_without_the_reporter_no_pod_gets_an_identity() -> None:
+    profile = profile_from_dict({"progressReporter": False})
+    objects = render_experiment(experiment("one-agent"), "rl", images=IMAGES, profile=profile)
+    kinds = Counter(o["kind"] for o in objects)
+    assert kinds["ConfigMap"] == 2 and not kinds["Role"] and not kinds["ServiceAccount"]
+    for workload in workloads(objects):
+        pod = workload["spec"]["template"]["spec"]
+        assert "serviceAccountName" not in pod
+        assert not any("projected" in v for v in pod["volumes"])
+
+
 def test_order_and_root() -> None:
     objects = render_experiment(experiment("one-agent"), "rl", images=IMAGES)
     assert [o["kind"] for o in objects[:2]] == ["ConfigMap", "PersistentVolumeClaim"]
