@@ -21,6 +21,7 @@ from surreal_kube.experiment.resolve import (
 )
 from surreal_kube.experiment.topology import ENDPOINTS
 from surreal_kube.launch.kube import naming
+from surreal_kube.launch.kube.cluster import pin_images
 from surreal_kube.launch.kube.ownership import RETAIN_ANNOTATION, root_of, set_owner
 from surreal_kube.launch.kube.profile import profile_from_dict
 from surreal_kube.launch.kube.render import (
@@ -88,7 +89,9 @@ def test_rendering_is_byte_identical_across_processes() -> None:
     exp = resolve_experiment(
         "exp-det", sets=["agents.count=8", "agents.batch=2", "replay.shards=3"]
     )
-    again = dump_objects(render_experiment(exp, "rl", images=IMAGES))
+    # the CLI renders from the spec pinned to the images it runs, as `create` and the operator do
+    pinned = pin_images(exp, {"cpu": IMAGES["cpu"]})
+    again = dump_objects(render_experiment(pinned, "rl", images=IMAGES))
     assert again == outputs[0]
 
 
