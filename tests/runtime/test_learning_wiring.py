@@ -103,9 +103,12 @@ def test_lag_stays_bounded_with_a_fast_producer_and_a_slow_learner(local_run, li
         assert stats["stale"] + stats["ovw"] <= sampled // 2, stats
         assert stats["ins"] <= 2 * sampled, stats
     else:
-        # nothing held the producer back: most of what it made was dropped unused, and counted
+        # nothing held the producer back: what it made beyond what was sampled and what the ring
+        # holds was dropped unused (overwritten or stale), and counted
         assert sender.waited_seconds == 0.0
-        assert stats["stale"] + stats["ovw"] > 5 * sampled, stats
+        held = stats["ins"] - stats["smp"] - stats["stale"] - stats["ovw"]
+        assert 0 <= held <= 4096, stats
+        assert stats["ins"] > sampled, stats
     assert stats["steps"] > 0  # the producer's env steps reach the learner
 
 
