@@ -58,6 +58,10 @@ REPORTER_VERBS = ["get", "patch"]
 REPORTER_ROLE = "tensorplex"
 """The role that writes the progress record (it receives every role's metrics)."""
 TOKEN_SECONDS = 3600
+SAFE_TO_EVICT_ANNOTATION = "cluster-autoscaler.kubernetes.io/safe-to-evict"
+PINNED_COMPONENTS = ("learner", "replay")
+"""Pods the cluster autoscaler must not evict to shrink a node: the learner loses every
+update since its last checkpoint, a replay shard the experience it holds; agent pods move freely."""
 THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
 """Set from each container's CPU limit: torch and BLAS otherwise size their pools to the node's
 cores, and a 1-CPU container running 32 threads is throttled into a crawl."""
@@ -375,7 +379,7 @@ class _Context:
         )
         return {
             "labels": self._labels(group.name),
-            "annotations": {CONFIG_DIGEST_ANNOTATION: config_digest(self.exp, group.component)},
+            "annotations": self._pod_annotations(group),
             "containers": containers,
             "image": self.images[image_key(self.exp, group.component)],
             "uid": self.profile.run_as_user,
@@ -396,6 +400,12 @@ class _Context:
                 "path": path,
             },
         }
+
+    def _pod_annotations(self, group: Group) -> dict[str, str]:
+        annotations = {CONFIG_DIGEST_ANNOTATION: config_digest(self.exp, group.component)}
+        if group.component in PINNED_COMPONENTS:
+            annotations[SAFE_TO_EVICT_ANNOTATION] = "false"
+        return annotations
 
     def _container(
         self, group: Group, process: Process, millicpu: int, memory: int, gpus: ContainerGPUs

@@ -463,3 +463,16 @@ def test_invalid_namespace_is_refused() -> None:
 
     with pytest.raises(LaunchError, match="invalid namespace 'RL_team'"):
         render_experiment(experiment("one-agent"), "RL_team", images=IMAGES)
+
+
+def test_the_autoscaler_may_not_evict_the_learner_or_replay() -> None:
+    objects = render_experiment(experiment("eight-agents-batch4-gpu"), "rl", images=IMAGES)
+    pinned = {
+        w["metadata"]["name"]
+        for w in workloads(objects)
+        if w["spec"]["template"]["metadata"]["annotations"].get(
+            "cluster-autoscaler.kubernetes.io/safe-to-evict"
+        )
+        == "false"
+    }
+    assert pinned == {"exp-matrix-learner", "exp-matrix-replay"}
