@@ -61,6 +61,20 @@ def kube(kube_cluster: Any, kube_namespace: str) -> Any:
     return k
 
 
+def settled(read: Any, quiet: float = 2.0, timeout: float = 60.0) -> Any:
+    """What `read()` returns once it stopped changing for `quiet` seconds."""
+    deadline = time.monotonic() + timeout
+    last, since = read(), time.monotonic()
+    while time.monotonic() < deadline:
+        time.sleep(0.2)
+        now = read()
+        if now != last:
+            last, since = now, time.monotonic()
+        elif time.monotonic() - since >= quiet:
+            return last
+    raise AssertionError(f"still changing after {timeout:.0f}s: {last!r}")
+
+
 def reported(kube: Any, name: str) -> dict[str, Any]:
     return (kube.get_or_none(EXPERIMENT, name) or {}).get("status") or {}
 
@@ -370,9 +384,9 @@ def test_an_operator_killed_mid_reconcile_converges_after_a_restart(
             every=0.005,
         )
         os.killpg(op.proc.pid, signal.SIGSTOP)
-        time.sleep(0.5)  # a request already on the wire still lands; count it as applied
-        partial = names_of(objects_of(kube, name, KINDS[:4]))
         op.stop(signal.SIGKILL)
+        # requests already on the wire (several at once) still land: count them as applied
+        partial = settled(lambda: names_of(objects_of(kube, name, KINDS[:4])))
         print(f"killed with {len(partial)}/{len(expected)} objects applied: {partial}")
         assert partial != [] and set(partial) <= set(expected)
         time.sleep(1)
