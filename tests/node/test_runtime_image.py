@@ -9,6 +9,7 @@ tests/launch/kube/test_runtime_image_podman.py does; the node is tests/cluster/n
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import time
@@ -134,12 +135,15 @@ def wait_phase(core: Any, ns: str, name: str, phases: set[str], timeout: float =
 
 
 def sk(cluster: KubeCluster, *args: str) -> subprocess.CompletedProcess[str]:
+    """The CLI as a person runs it, against the test cluster (KUBECONFIG: an `exec` command
+    after `--` must not get flags appended)."""
     return subprocess.run(
-        [*SK, *args, "--kubeconfig", str(cluster.kubeconfig)],
+        [*SK, *args],
         capture_output=True,
         text=True,
         cwd=ROOT,
         timeout=300,
+        env={**os.environ, "KUBECONFIG": str(cluster.kubeconfig)},
     )
 
 
@@ -148,7 +152,11 @@ def test_a_pod_of_the_image_runs_the_role_entry_point_logs_and_exec(
 ) -> None:
     from kubernetes import client
 
+    from tests.node.support import experiment_record
+    from tests.operator.support import connect
+
     core = client.CoreV1Api(kube_cluster.api_client())
+    experiment_record(connect(kube_cluster, kube_namespace), EXP)  # how the CLI finds EXP
     labels = naming.selector_labels(EXP, "learner")  # what `logs EXP learner` looks for
     pod = on_real_node(
         f"{EXP}-learner-x",
