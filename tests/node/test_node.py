@@ -278,3 +278,28 @@ def test_images_import_into_the_k8s_namespace(real_node: Any, tmp_path: Path) ->
     )
     assert real_node.import_image(archive) == ["localhost/surreal-kube/hello:test"]
     assert "localhost/surreal-kube/hello:test" in real_node.image_names()
+
+
+def test_pods_reach_the_api_server_through_the_kubernetes_service(
+    real_node: Any, kube_cluster: Any, kube_namespace: str
+) -> None:
+    # busybox speaks no TLS: a plain HTTP request to the API server's TLS port gets Go's
+    # answer to exactly that, which proves the path pod -> 10.96.0.1:443 (kube-proxy) -> the
+    # EndpointSlice's address -> the API server on loopback
+    kube = kube_for(kube_cluster, kube_namespace)
+    kube.create(
+        real_pod(
+            "api-probe",
+            [
+                "sh",
+                "-c",
+                'echo "$KUBERNETES_SERVICE_HOST:$KUBERNETES_SERVICE_PORT"; '
+                'printf "GET /healthz HTTP/1.0\\r\\n\\r\\n" | '
+                'timeout 10 nc "$KUBERNETES_SERVICE_HOST" "$KUBERNETES_SERVICE_PORT"',
+            ],
+        )
+    )
+    phase = wait_finished(kube, "api-probe")
+    log = pod_log(kube, "api-probe")
+    assert log.startswith(f"{controlplane.SERVICE_IP}:443\n"), log
+    assert "Client sent an HTTP request to an HTTPS server" in log, (phase, log)
