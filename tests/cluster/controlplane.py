@@ -316,6 +316,7 @@ class ControlPlane:
         self._own_workdir = workdir is None
         if workdir is None:
             _sweep_stale_workdirs()
+            _sweep_stale_nodes()
             workdir = tempfile.mkdtemp(prefix=WORKDIR_PREFIX)
             (Path(workdir) / "owner.pid").write_text(str(os.getpid()))
         self.workdir = Path(workdir)
@@ -753,6 +754,18 @@ def _sweep_stale_workdirs() -> None:
             continue
         if not pid_alive(owner):
             shutil.rmtree(path, ignore_errors=True)
+
+
+def _sweep_stale_nodes() -> None:
+    """Tear down real nodes left by killed test runs (tests/cluster/node.py sweep()), so that
+    their containers do not outlive the run until the next node starts."""
+    from tests.cluster import node
+
+    if node.SLOT_ROOT.is_dir():
+        try:
+            node.sweep()
+        except ControlPlaneError as e:  # a node that cannot be removed must not stop the tests
+            print(f"control plane: {e}", file=sys.__stderr__, flush=True)
 
 
 def _die_with_parent() -> None:

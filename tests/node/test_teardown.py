@@ -158,5 +158,5 @@ def test_a_killed_run_leaves_containers_that_the_next_start_sweeps() -> None:
         controlplane._pid_runs(p.pid, p.exe) for p in daemons
     ), timeout=30)  # fmt: skip
     assert [p for p in pids if controlplane.pid_alive(p)], "containers died with the run"
-    assert state["slot"] in node.sweep()
+    node.sweep()  # (or another session's new control plane already did)
     assert leftovers(state, pids) == []
