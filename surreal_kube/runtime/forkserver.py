@@ -50,6 +50,7 @@ LIGHT = (
 HEAVY = (
     "torch",
     "torch.optim",
+    "torch._dynamo",  # every optimizer imports it (torch marks methods never-compile): once here
     "gymnasium",
     "mujoco",
     "surreal_kube.envs",

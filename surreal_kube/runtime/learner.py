@@ -215,10 +215,6 @@ class LearnerRole(RoleBase):
         spec = self.ctx.spec
         self.publish()
         self.prefetcher.start()
-        # Every optimizer step imports torch._dynamo (seconds of CPU): do it now, while the agents
-        # collect the first batch with the parameters just published, not at the first update.
-        import torch._dynamo  # noqa: F401
-
         log.info(
             "learner: %s, batches of %d from %s, publishing on %s",
             spec.algorithm.name,

@@ -36,29 +36,6 @@ def role_class(role: str) -> type:
     return getattr(importlib.import_module(module), name)
 
 
-def _optimizers_without_dynamo_import() -> None:
-    """Let a torch optimizer be built without importing torch._dynamo first.
-
-    torch wraps `Optimizer.add_param_group` (called by `__init__`), `zero_grad`, `state_dict` and
-    `load_state_dict` in `torch._disable_dynamo`, which imports the whole compiler stack on the
-    first call only to mark the method as never to be compiled; for the learner that was most of
-    its start-up, before it could publish the parameters every agent waits for. We never compile,
-    so the method itself is what the wrapper would run: cache it as its own "disabled" form (the
-    attribute the wrapper looks up first). The first optimizer *step* still imports the module;
-    the learner does that once it has published (an import on a second thread held the first
-    step for the whole import and could hang the interpreter's exit).
-    """
-    import torch
-
-    wrapper_code = torch._disable_dynamo(lambda: None).__code__
-    for attr in vars(torch.optim.Optimizer).values():
-        fn = getattr(attr, "__wrapped__", None)
-        if fn is None or getattr(attr, "__code__", None) is not wrapper_code:
-            continue
-        if getattr(fn, "__dynamo_disable", None) is None:
-            fn.__dynamo_disable = fn
-
-
 def main(argv: list[str] | None = None) -> int:
     """Run one role until it is stopped; returns the exit code."""
     parser = argparse.ArgumentParser(
@@ -86,8 +63,6 @@ def main(argv: list[str] | None = None) -> int:
     code = 0
     try:
         ctx.spec  # noqa: B018 - load the config now: a bad one is a start-up error
-        if args.role == "learner":
-            _optimizers_without_dynamo_import()
         role = role_class(args.role)(ctx, stop)
         role.run()
         log.info("stopped (%s)", stop.reason or "done")
