@@ -109,8 +109,9 @@ def structured(doc: Any, fmt: str) -> None:
 
 
 def names(items: Sequence[str]) -> None:
-    """`-o name`: one name per line on stdout."""
-    result("".join(f"{n}\n" for n in items))
+    """`-o name`: one name per line on stdout; nothing at all for none (as kubectl)."""
+    if items:
+        result("".join(f"{n}\n" for n in items))
 
 
 def table(
