@@ -114,8 +114,11 @@ def test_ppo_experiment_survives_faults_and_runs_to_budget(tmp_path: Path) -> No
             "iteration", 0) >= it + 3, timeout=120)
 
         # SIGKILL the learner: restarted from its newest checkpoint, global step preserved
-        wait_for("a checkpoint", lambda: list((folder / "checkpoints").glob("*.ckpt")))
-        ckpt_steps = max(int(p.name.split(".")[-2]) for p in (folder / "checkpoints").glob("*.ckpt"))
+        # learner.<iteration>.ckpt: the resumable ones (policy.<version>.ckpt are the best policies)
+        wait_for("a checkpoint", lambda: list((folder / "checkpoints").glob("learner.*.ckpt")))
+        ckpt_steps = max(
+            int(p.name.split(".")[-2]) for p in (folder / "checkpoints").glob("learner.*.ckpt")
+        )
         learner_pid = state_of(folder)["processes"]["learner"]["pid"]
         os.killpg(learner_pid, signal.SIGKILL)
         wait_for("learner restarted", lambda: state_of(folder)["processes"]["learner"]["restarts"] == 1)
