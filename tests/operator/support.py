@@ -39,11 +39,16 @@ PROFILE_TEXT = "experimentVolume:\n  kind: emptyDir\n"
 KINDS = [
     resource("v1", "ConfigMap"),
     resource("v1", "Service"),
+    resource("v1", "ServiceAccount"),
+    resource("rbac.authorization.k8s.io/v1", "Role"),
+    resource("rbac.authorization.k8s.io/v1", "RoleBinding"),
     resource("apps/v1", "Deployment"),
     resource("apps/v1", "StatefulSet"),
     resource("v1", "PersistentVolumeClaim"),
     resource("v1", "Pod"),
 ]
+APPLIED_KINDS = KINDS[:7]
+"""What an experiment applies itself, but its volume claim: the PVC and pods come after."""
 
 
 def wait_for(

@@ -25,9 +25,9 @@ from surreal_kube.launch.kube.profile import load_profile
 from surreal_kube.launch.kube.render import render_experiment
 from tests.launch.kube.reporter_support import write_progress
 from tests.operator.support import (
+    APPLIED_KINDS,
     IMAGE_ARGS,
     IMAGES,
-    KINDS,
     SPEC_IMAGES,
     TINY,
     connect,
@@ -115,7 +115,7 @@ def test_operator_makes_what_the_cli_makes_and_reports_it(
     assert res.returncode == 0, res.stderr
     direct = {
         f"{o['kind']}/{o['metadata']['name']}": normalized(o)
-        for o in objects_of(kube, name, KINDS[:4])
+        for o in objects_of(kube, name, APPLIED_KINDS)
     }
     assert sk(kube_cluster, "delete", name, "--wait", "-n", ns).returncode == 0
 
@@ -126,7 +126,7 @@ def test_operator_makes_what_the_cli_makes_and_reports_it(
         assert f"{name} is running: 9/9 pods, 4/4 agents" in res.stderr
         via = {
             f"{o['kind']}/{o['metadata']['name']}": normalized(o)
-            for o in objects_of(kube, name, KINDS[:4])
+            for o in objects_of(kube, name, APPLIED_KINDS)
         }
         assert sorted(via) == sorted(direct)
         for key, obj in via.items():
@@ -136,7 +136,7 @@ def test_operator_makes_what_the_cli_makes_and_reports_it(
                 assert obj["metadata"]["ownerKinds"] == ["Experiment"]  # not the root any more
             assert obj == want, key
         cr = kube.get(EXPERIMENT, name)
-        for obj in objects_of(kube, name, KINDS[:4]):
+        for obj in objects_of(kube, name, APPLIED_KINDS):
             (ref,) = obj["metadata"]["ownerReferences"]
             assert ref["uid"] == cr["metadata"]["uid"] and ref["kind"] == "Experiment"
 
@@ -290,13 +290,13 @@ def test_what_disappears_is_recreated_and_failures_are_counted(
     with running_operator(kube_cluster, ns, tmp_path, "--profile", str(profile_file(tmp_path))):
         create_object(kube, name)
         wait_for("Running", lambda: running(kube, name))
-        before = names_of(objects_of(kube, name, KINDS[:4]))
+        before = names_of(objects_of(kube, name, APPLIED_KINDS))
         # a workload and a Service deleted by hand come back
         kube.delete(STS, f"{name}-agents")
         kube.delete(SVC, f"{name}-replay")
         wait_for(
             "the objects to be recreated",
-            lambda: names_of(objects_of(kube, name, KINDS[:4])) == before,
+            lambda: names_of(objects_of(kube, name, APPLIED_KINDS)) == before,
         )
         wait_for(
             "Running again",
@@ -386,21 +386,21 @@ def test_an_operator_killed_mid_reconcile_converges_after_a_restart(
         os.killpg(op.proc.pid, signal.SIGSTOP)
         op.stop(signal.SIGKILL)
         # requests already on the wire (several at once) still land: count them as applied
-        partial = settled(lambda: names_of(objects_of(kube, name, KINDS[:4])))
+        partial = settled(lambda: names_of(objects_of(kube, name, APPLIED_KINDS)))
         print(f"killed with {len(partial)}/{len(expected)} objects applied: {partial}")
         assert partial != [] and set(partial) <= set(expected)
         time.sleep(1)
-        assert names_of(objects_of(kube, name, KINDS[:4])) == partial  # nobody else applies
+        assert names_of(objects_of(kube, name, APPLIED_KINDS)) == partial  # nobody else applies
         op.start()
         wait_for("Running after the restart", lambda: running(kube, name), timeout=90)
-        assert names_of(objects_of(kube, name, KINDS[:4])) == expected
+        assert names_of(objects_of(kube, name, APPLIED_KINDS)) == expected
         assert len(running_pods(kube, name, "agents")) == 3
         # and a second restart changes nothing
-        uids = {o["metadata"]["uid"] for o in objects_of(kube, name, KINDS[:4])}
+        uids = {o["metadata"]["uid"] for o in objects_of(kube, name, APPLIED_KINDS)}
         op.stop()
         op.start()
         time.sleep(5)
-        assert {o["metadata"]["uid"] for o in objects_of(kube, name, KINDS[:4])} == uids
+        assert {o["metadata"]["uid"] for o in objects_of(kube, name, APPLIED_KINDS)} == uids
         assert running(kube, name)
         # no finalizer: deleting needs no operator (an uninstalled one must not block deletes)
         assert not kube.get(EXPERIMENT, name)["metadata"].get("finalizers")
@@ -428,7 +428,7 @@ def test_an_experiment_that_cannot_be_placed_is_refused_and_create_leaves_nothin
             "cannot place learner" in cond["message"]
             and "nvidia.com/gpu 4 per node" in cond["message"]
         )
-        assert objects_of(kube, name, KINDS[:4]) == []
+        assert objects_of(kube, name, APPLIED_KINDS) == []
         kube.delete(EXPERIMENT, name)
         # the CLI, told to skip its own pre-flight, hears the operator's refusal and cleans up
         res = sk(
