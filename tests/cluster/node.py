@@ -1000,12 +1000,17 @@ def _stop_proc(proc: _Proc, timeout: float = 10.0) -> None:
 
 
 def _cgroup_dirs(root: str) -> list[Path]:
-    """Every directory of the cgroup subtree `root`, in every v1 hierarchy, deepest first."""
+    """Every directory of the cgroup subtree `root`, in every v1 hierarchy, deepest first.
+
+    os.walk, not Path.rglob: the kubelet and runc remove container cgroups while we look, and
+    rglob raises FileNotFoundError for a directory that vanished under it; os.walk skips it.
+    """
     dirs: list[Path] = []
     for hierarchy in Path("/sys/fs/cgroup").iterdir():
         top = hierarchy / root.lstrip("/")
         if top.is_dir() and not top.is_symlink():
-            dirs.extend(p for p in top.rglob("*") if p.is_dir())
+            for parent, children, _ in os.walk(top):
+                dirs.extend(Path(parent) / c for c in children)
             dirs.append(top)
     return sorted(set(dirs), key=lambda p: len(p.parts), reverse=True)
 
