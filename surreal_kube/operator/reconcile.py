@@ -504,6 +504,12 @@ class Resyncer:
         if self.pods is not None:  # re-read the pods: heals what a missed event left behind
             self.pods.forget(key)
         try:
+            # the object as it is now, not as the resync pass listed it: a spec edit that landed
+            # since (evals.count=0, say) must not get its pruned objects back from the old spec
+            fresh = self.kube.get_or_none(EXPERIMENT, meta["name"], meta["namespace"])
+            if fresh is None or fresh["metadata"].get("uid") != meta.get("uid"):
+                return
+            obj = fresh
             if not is_failed(obj):
                 recreated = ensure(self.kube, obj, self.config)
                 if recreated:
