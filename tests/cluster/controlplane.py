@@ -202,10 +202,15 @@ def built_bin_dir() -> Path | None:
 
     $SURREAL_KUBE_CONTROLPLANE_BIN, when set, names a directory to use instead.
     """
-    override = os.environ.get("SURREAL_KUBE_CONTROLPLANE_BIN")
+    return bin_dir_of(BUILD_SCRIPT, "SURREAL_KUBE_CONTROLPLANE_BIN")
+
+
+def bin_dir_of(build_script: Path, override_var: str) -> Path | None:
+    """What `build_script --bin-dir` names when its build is complete, or $override_var."""
+    override = os.environ.get(override_var)
     if override:
         return Path(override)
-    probe = subprocess.run(["bash", str(BUILD_SCRIPT), "--bin-dir"], capture_output=True, text=True)
+    probe = subprocess.run(["bash", str(build_script), "--bin-dir"], capture_output=True, text=True)
     if probe.returncode == 0:
         return Path(probe.stdout.strip().splitlines()[-1])
     return None

@@ -95,13 +95,7 @@ def built_node_bin_dir() -> Path | None:
 
     $SURREAL_KUBE_NODE_BIN, when set, names a directory to use instead.
     """
-    override = os.environ.get("SURREAL_KUBE_NODE_BIN")
-    if override:
-        return Path(override)
-    probe = subprocess.run(["bash", str(BUILD_SCRIPT), "--bin-dir"], capture_output=True, text=True)
-    if probe.returncode == 0:
-        return Path(probe.stdout.strip().splitlines()[-1])
-    return None
+    return controlplane.bin_dir_of(BUILD_SCRIPT, "SURREAL_KUBE_NODE_BIN")
 
 
 def missing_host_tools() -> list[str]:
