@@ -117,6 +117,8 @@ def render_experiment(
     owner: Mapping[str, Any] | None = None,
     images: Mapping[str, str] | None = None,
     profile: ClusterProfile | None = None,
+    topology: Topology | None = None,
+    placements: Mapping[str, Placement] | None = None,
 ) -> list[dict[str, Any]]:
     """Every object of the experiment as plain dicts, the root first (see ownership.py).
 
@@ -132,8 +134,19 @@ def render_experiment(
         profile: the cluster profile: node pools (placement is checked, SpecError if it cannot
             fit), experiment volume, registry, pull secrets. None: nothing is checked and the
             defaults apply (a ReadWriteMany PVC, GPU pods tolerate the GPU taint).
+        topology, placements: already computed from this experiment and profile (`plan.py`
+            computes each once per create, dry-run or reconcile); None: computed here.
     """
-    return _load_all(render_text(exp, namespace, owner=owner, images=images, profile=profile))
+    text = render_text(
+        exp,
+        namespace,
+        owner=owner,
+        images=images,
+        profile=profile,
+        topology=topology,
+        placements=placements,
+    )
+    return _load_all(text)
 
 
 def render_text(
@@ -143,6 +156,8 @@ def render_text(
     owner: Mapping[str, Any] | None = None,
     images: Mapping[str, str] | None = None,
     profile: ClusterProfile | None = None,
+    topology: Topology | None = None,
+    placements: Mapping[str, Placement] | None = None,
 ) -> str:
     """The templates' raw output (a multi-document YAML stream); see render_experiment."""
     from surreal_kube.experiment.names import label_problem
@@ -151,8 +166,9 @@ def render_text(
     if problem:
         raise LaunchError(f"invalid namespace {namespace!r}: a DNS label {problem}")
     profile = profile or ClusterProfile()
-    topo = experiment_topology(exp)
-    placements = place(exp, topo, profile)
+    topo = topology if topology is not None else experiment_topology(exp)
+    if placements is None:
+        placements = place(exp, topo, profile)
     refs = dict(images or {})
     missing = sorted({image_key(exp, g.component) for g in topo.groups} - set(refs))
     if missing:
