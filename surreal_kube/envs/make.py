@@ -1,13 +1,17 @@
 """Building environments from an experiment's `env` section, and checking them before a run.
 
 Environment ids carry a backend prefix (`gym:Ant-v5`) so other backends can be added without
-ambiguity. `check_env` is what the launcher calls before starting any process: an unknown id, a
+ambiguity. An environment of the user's own package is `gym:<module>:<id>` (gymnasium's form): the
+module, imported by `gymnasium.make` in each process, registers the id.
+
+`check_env` is what the launcher calls before starting any process: an unknown id, a
 missing MuJoCo, pixels that cannot be rendered or an action space the algorithm cannot drive become
 one clear `SpecError` at `create` time instead of a crash in every agent.
 """
 
 from __future__ import annotations
 
+import importlib
 import os
 from typing import TYPE_CHECKING, Any
 
@@ -39,7 +43,11 @@ def _use_headless_gl() -> None:
 
 
 def _is_mujoco(name: str) -> bool:
-    entry = gym.spec(name).entry_point
+    # `mypkg.envs:Tiny-v0`: gymnasium.make imports the module; its spec is under the bare id.
+    module, _, gym_id = name.rpartition(":")
+    if module:
+        importlib.import_module(module)
+    entry = gym.spec(gym_id).entry_point
     return "mujoco" in str(entry)
 
 
@@ -129,7 +137,7 @@ def check_env(env: EnvSpec | str, algorithm: str | None = None) -> tuple[gym.Spa
     env_id = env if isinstance(env, str) else env.id
     check_env_id(env_id)  # the registry: one message, one suggestion
     _, name = parse_env_id(env_id)
-    if ":" not in name and _is_mujoco(name):
+    if _is_mujoco(name):
         try:
             import mujoco  # noqa: F401
         except ImportError as exc:
