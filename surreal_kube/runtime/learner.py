@@ -38,7 +38,7 @@ from surreal_kube.comm.parameters import ParameterPublisher
 from surreal_kube.comm.sampling import Prefetcher
 from surreal_kube.runtime.base import RoleBase
 from surreal_kube.runtime.context import RoleContext
-from surreal_kube.runtime.lifecycle import Every, RateMeter, StopFlag
+from surreal_kube.runtime.lifecycle import Every, Heartbeat, RateMeter, StopFlag
 from surreal_kube.runtime.status import ProgressFile, read_status
 
 log = logging.getLogger(__name__)
@@ -230,7 +230,9 @@ class LearnerRole(RoleBase):
         last_publish = time.monotonic()
         published_iteration = self.learner.iteration
         still_waiting = Every(30.0)
+        heartbeat = Heartbeat.from_env()  # the liveness probe's: see runtime.lifecycle
         while not self.stop.is_set():
+            heartbeat.beat()  # each turn, waiting included; an update or checkpoint stuck: none
             t0 = time.monotonic()
             msg = self.prefetcher.get(timeout=0.2)
             self.wait_seconds += time.monotonic() - t0

@@ -8,11 +8,14 @@ signal exits at once.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import signal
+import sys
 import threading
 import time
+from pathlib import Path
 from types import FrameType
 
 log = logging.getLogger(__name__)
@@ -118,6 +121,98 @@ def watch_supervisor(stop: StopFlag, env: dict[str, str] | None = None) -> threa
     return thread
 
 
+HEARTBEAT_ENV = "SURREAL_HEARTBEAT_FILE"
+"""Set (by the Kubernetes backend, for the roles that have a liveness probe) to the file the
+role's main loop touches; unset, nothing beats (local runs have their supervisor)."""
+HEARTBEAT_PERIOD = 1.0
+"""Seconds between two touches of the heartbeat file, at most (the probe's bound is minutes)."""
+
+
+class Heartbeat:
+    """Touched from a role's main loop, so that a liveness probe can tell a loop that turns from
+    one that is stuck (`python -m surreal_kube.runtime.lifecycle heartbeat FILE --max-age S`).
+
+    Beat from the loop itself, never from a thread: a thread would go on beating while the loop
+    is stuck inside an update. A loop that only waits for data still turns (its waits are short
+    polls) and so still beats: waiting is alive, hanging is not.
+    """
+
+    def __init__(self, path: Path | None, period: float = HEARTBEAT_PERIOD) -> None:
+        self.path = path
+        self.period = period
+        self._next = 0.0
+
+    @classmethod
+    def from_env(cls, env: dict[str, str] | None = None) -> Heartbeat:
+        """The heartbeat named by SURREAL_HEARTBEAT_FILE (one that does nothing when unset)."""
+        raw = (os.environ if env is None else env).get(HEARTBEAT_ENV)
+        return cls(Path(raw) if raw else None)
+
+    def beat(self) -> None:
+        """Touch the file (at most once per `period`); a failure is logged once, not raised."""
+        if self.path is None:
+            return
+        now = time.monotonic()
+        if now < self._next:
+            return
+        self._next = now + self.period
+        try:
+            self.path.touch()
+        except OSError as exc:
+            log.warning(
+                "cannot touch the heartbeat %s (%s): the liveness probe will fail", self.path, exc
+            )
+            self.path = None
+
+
+def clear_heartbeat(env: dict[str, str] | None = None) -> None:
+    """Remove the heartbeat a previous run of this container left (the pod's /tmp outlives a
+    container restart): until the new loop beats, the probes must see none."""
+    raw = (os.environ if env is None else env).get(HEARTBEAT_ENV)
+    if raw:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(raw)
+
+
+def heartbeat_problem(path: Path, max_age: float, now: float | None = None) -> str | None:
+    """Why `path` does not prove a live loop (missing, or older than `max_age` s); None if fresh."""
+    try:
+        mtime = path.stat().st_mtime
+    except FileNotFoundError:
+        return f"no heartbeat at {path} yet: the role's main loop has not started"
+    except OSError as exc:
+        return f"cannot read the heartbeat {path}: {exc}"
+    age = (time.time() if now is None else now) - mtime
+    if age > max_age:
+        return f"heartbeat {path} is {age:.0f} s old (bound {max_age:g} s): the main loop is stuck"
+    return None
+
+
+def probe_main(argv: list[str]) -> int:
+    """`python -m surreal_kube.runtime.lifecycle heartbeat FILE --max-age SECONDS`: exit 0 while
+    the heartbeat is fresh, 1 (with the reason on stderr, which the kubelet shows in the pod's
+    events) when it is missing or stale, 2 for a bad command line. An exec probe: it runs in the
+    container, with nothing but the standard library and this module loaded."""
+    import argparse
+
+    parser = argparse.ArgumentParser(
+        prog="python -m surreal_kube.runtime.lifecycle",
+        description="Liveness check: is the role's heartbeat file fresh?",
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+    check = sub.add_parser("heartbeat", help="exit 0 if FILE was touched in the last --max-age s")
+    check.add_argument("file", type=Path)
+    check.add_argument("--max-age", type=float, required=True, help="seconds")
+    args = parser.parse_args(argv)
+    if args.max_age <= 0:
+        parser.error(f"--max-age must be a positive number of seconds, not {args.max_age:g}")
+    problem = heartbeat_problem(args.file, args.max_age)
+    if problem:
+        print(problem, file=sys.stderr)
+        return 1
+    return 0
+
+
 class Every:
     """True at most once per `seconds` (for periodic metrics, status files, logs)."""
 
@@ -148,3 +243,7 @@ class RateMeter:
         value = (total - self._last_n) / dt
         self._last_t, self._last_n = now, total
         return value
+
+
+if __name__ == "__main__":
+    sys.exit(probe_main(sys.argv[1:]))

@@ -1,19 +1,37 @@
 """`surreal-kube-role <role> [--id N]`: the one entry point of every process of an experiment.
 
 Everything else comes from the environment (see `runtime.context`). Exit codes: 0 after a clean
-stop (SIGTERM/SIGINT), 1 when the role failed, 2 for a bad command line or environment.
+stop (SIGTERM/SIGINT once the role runs), 143 (130) for a SIGTERM (SIGINT) during start-up, 1
+when the role failed, 2 for a bad command line or environment.
+
+Signals. A role has two phases. During start-up (the imports: seconds for pydantic, numpy and
+torch on a busy node; the role's construction: environment, model, checkpoint restore) it holds
+nothing worth flushing, so a SIGTERM ends it at once with 143, as the default action would.
+Once the role is constructed, SIGTERM asks for its clean stop (`runtime.lifecycle`: finish the
+step, checkpoint, flush). The start-up handler is installed by the first line of `main`, before
+any import that takes time: this module imports only what the interpreter has already loaded.
+
+PID 1. In a pod, `surreal-kube-role` is the container's PID 1, and the kernel drops every signal
+whose disposition is the default for a PID namespace's init: without a handler, the kubelet's
+SIGTERM is lost and the pod waits out its whole grace period before SIGKILL. An init must also
+reap the orphans reparented to it (an exec probe's leftovers, TensorBoard's children), or they
+stay zombies. So when it finds itself PID 1, the entry point becomes a tiny init (`_init`): it
+forwards the signals a container receives to one forked child that runs the role as an ordinary
+process, reaps every child, and exits with the role's code (128 + N when a signal N killed it).
+We chose a Python init over adding tini to the image: it needs no image change, costs one fork
+of an interpreter that has imported nothing yet (a few MB, shared copy-on-write) and its handlers
+are installed a few milliseconds after the interpreter starts. A signal in those first
+milliseconds, before any Python code runs, is still lost; nothing inside the container can catch
+it. With `shareProcessNamespace` the pause container is PID 1 and `_init` is not used.
 """
 
 from __future__ import annotations
 
-import argparse
-import importlib
-import logging
+import contextlib
+import os
+import signal
 import sys
-
-from surreal_kube.errors import SurrealKubeError
-
-log = logging.getLogger("surreal_kube.runtime")
+from types import FrameType
 
 ROLES: dict[str, str] = {
     "learner": "surreal_kube.runtime.learner:LearnerRole",
@@ -29,15 +47,45 @@ ROLES: dict[str, str] = {
 }
 """Role name -> class, imported lazily so that a replay shard never imports torch."""
 
+FORWARDED_SIGNALS = (
+    signal.SIGTERM,
+    signal.SIGINT,
+    signal.SIGHUP,
+    signal.SIGQUIT,
+    signal.SIGUSR1,
+    signal.SIGUSR2,
+)
+"""What the init passes on to the role (SIGKILL and SIGSTOP cannot be caught, by design)."""
+STARTUP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+"""Signals that end a role still starting up (exit 128 + N)."""
+
 
 def role_class(role: str) -> type:
     """The class implementing `role`."""
+    import importlib
+
     module, _, name = ROLES[role].partition(":")
     return getattr(importlib.import_module(module), name)
 
 
+def _exit_during_startup(signum: int, frame: FrameType | None) -> None:
+    """Start-up has nothing to flush: end now, with the code the default action would give."""
+    name = signal.Signals(signum).name
+    os.write(2, f"surreal-kube-role: {name} during start-up: exiting\n".encode())
+    os._exit(128 + signum)
+
+
 def main(argv: list[str] | None = None) -> int:
-    """Run one role until it is stopped; returns the exit code."""
+    """Run one role until it is stopped; returns the exit code (see the module docstring)."""
+    for sig in STARTUP_SIGNALS:  # first: every import below takes time
+        signal.signal(sig, _exit_during_startup)
+
+    import argparse
+    import logging
+
+    from surreal_kube.errors import SurrealKubeError
+
+    log = logging.getLogger("surreal_kube.runtime")
     parser = argparse.ArgumentParser(
         prog="surreal-kube-role",
         description="Run one process of a surreal-kube experiment (environment from the topology).",
@@ -47,9 +95,15 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     from surreal_kube.runtime.context import RoleContext
-    from surreal_kube.runtime.lifecycle import StopFlag, install_signal_handlers, watch_supervisor
+    from surreal_kube.runtime.lifecycle import (
+        StopFlag,
+        clear_heartbeat,
+        install_signal_handlers,
+        watch_supervisor,
+    )
     from surreal_kube.runtime.logs import setup_logging
 
+    clear_heartbeat()  # a beat left by the previous container must not vouch for this one
     try:
         ctx = RoleContext.from_env(role=args.role, index=args.id)
     except SurrealKubeError as exc:
@@ -57,13 +111,13 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     setup_logging(ctx.process, ctx.optional_addr("loggerplex"))
     stop = StopFlag()
-    install_signal_handlers(stop)
     watch_supervisor(stop)  # a role never outlives the local supervisor that started it
     role = None
     code = 0
     try:
         ctx.spec  # noqa: B018 - load the config now: a bad one is a start-up error
         role = role_class(args.role)(ctx, stop)
+        install_signal_handlers(stop)  # running: from now on a SIGTERM is a clean stop
         role.run()
         log.info("stopped (%s)", stop.reason or "done")
     except SurrealKubeError as exc:
@@ -82,6 +136,46 @@ def main(argv: list[str] | None = None) -> int:
     return code
 
 
+def _init() -> int | None:
+    """Be PID 1 for the role (see the module docstring): returns None in the forked child,
+    which goes on to run the role, and the role's exit code in the init once it has ended.
+
+    The forwarded signals are blocked before the fork: a blocked signal is queued even for a
+    namespace's init, so one that arrives in between waits and reaches the child once the init
+    knows its pid.
+    """
+    signal.pthread_sigmask(signal.SIG_BLOCK, FORWARDED_SIGNALS)
+    role_pid = 0
+
+    def forward(signum: int, frame: FrameType | None) -> None:
+        with contextlib.suppress(ProcessLookupError):  # just ended: the wait below sees it
+            os.kill(role_pid, signum)
+
+    for sig in FORWARDED_SIGNALS:
+        signal.signal(sig, forward)
+    role_pid = os.fork()
+    if role_pid == 0:
+        for sig in FORWARDED_SIGNALS:
+            signal.signal(
+                sig, signal.default_int_handler if sig == signal.SIGINT else signal.SIG_DFL
+            )
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, FORWARDED_SIGNALS)
+        return None
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, FORWARDED_SIGNALS)
+    while True:
+        try:
+            pid, status = os.wait()  # every child: orphans reparented to us are reaped too
+        except ChildProcessError:  # cannot happen while the role runs; never loop on it
+            return 1
+        if pid == role_pid:
+            code = os.waitstatus_to_exitcode(status)
+            return 128 - code if code < 0 else code
+
+
 def run() -> None:
-    """Console-script entry point."""
+    """Console-script entry point: the role itself, behind a tiny init when it is PID 1."""
+    if os.getpid() == 1:
+        code = _init()
+        if code is not None:
+            sys.exit(code)
     sys.exit(main())

@@ -1,0 +1,105 @@
+"""The learner's heartbeat and the liveness probe's command, against a real learner process.
+
+The probe command is the one the pod template renders (tests/launch/kube/test_probes.py checks
+the rendering): `python -m surreal_kube.runtime.lifecycle heartbeat FILE --max-age S`. A loop
+stuck inside an update is made real with SIGSTOP: the process is alive, its loop does not turn.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from surreal_kube.runtime.lifecycle import (
+    HEARTBEAT_ENV,
+    Heartbeat,
+    clear_heartbeat,
+    heartbeat_problem,
+)
+
+START = 300.0
+"""Bound on the learner's start-up on a loaded machine (turns a hang into a failure)."""
+
+
+PROBE = [sys.executable, "-m", "surreal_kube.runtime.lifecycle", "heartbeat"]
+
+
+def probe(path: Path, max_age: float) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [*PROBE, str(path), "--max-age", str(max_age)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def test_problem_names_missing_stale_and_accepts_fresh(tmp_path):
+    beat = tmp_path / "hb"
+    assert "no heartbeat" in (heartbeat_problem(beat, 10) or "")
+    beat.touch()
+    assert heartbeat_problem(beat, 10) is None
+    old = time.time() - 100
+    os.utime(beat, (old, old))
+    problem = heartbeat_problem(beat, 10)
+    assert problem is not None and "100 s old (bound 10 s)" in problem
+
+
+def test_probe_refuses_a_bad_bound(tmp_path):
+    res = probe(tmp_path / "hb", 0)
+    assert res.returncode == 2 and "--max-age must be a positive number" in res.stderr
+
+
+def test_heartbeat_does_nothing_unless_named(tmp_path):
+    Heartbeat.from_env({}).beat()  # no file anywhere, no error
+    path = tmp_path / "hb"
+    Heartbeat.from_env({HEARTBEAT_ENV: str(path)}).beat()
+    assert path.exists()
+    clear_heartbeat({HEARTBEAT_ENV: str(path)})
+    assert not path.exists()
+    clear_heartbeat({HEARTBEAT_ENV: str(path)})  # already gone: fine
+
+
+def _wait(condition, what: str, popen: subprocess.Popen[bytes], log: Path) -> None:
+    deadline = time.monotonic() + START
+    while not condition():
+        assert popen.poll() is None, f"learner exited:\n{log.read_text(errors='replace')}"
+        assert time.monotonic() < deadline, f"{what}:\n{log.read_text(errors='replace')}"
+        time.sleep(0.05)
+
+
+def test_a_waiting_learner_beats_and_a_stuck_one_fails_the_probe(local_run, tmp_path):
+    run = local_run()
+    beat = tmp_path / "learner.heartbeat"
+    beat.write_text("left by the previous container")  # a restart finds the old file
+    env = run.env("learner")
+    env[HEARTBEAT_ENV] = str(beat)
+    learner = run.start("learner", env)
+    log = run.log_path("learner")
+
+    def fresh_file() -> bool:
+        try:
+            return beat.read_text() == ""  # removed at start, touched anew by the loop
+        except FileNotFoundError:
+            return False
+
+    _wait(fresh_file, "the loop never beat", learner, log)
+    first = beat.stat().st_mtime_ns
+    # no replay is running: the learner only waits for data, and waiting is alive
+    _wait(lambda: beat.stat().st_mtime_ns > first, "no second beat while waiting", learner, log)
+    res = probe(beat, 60)
+    assert res.returncode == 0, res.stderr
+
+    learner.send_signal(signal.SIGSTOP)  # the loop stops turning, as inside a hung update
+    try:
+        _wait(lambda: time.time() - beat.stat().st_mtime > 3, "file never aged", learner, log)
+        res = probe(beat, 3)
+        assert res.returncode == 1
+        assert "the main loop is stuck" in res.stderr
+    finally:
+        learner.send_signal(signal.SIGCONT)
+    code, _ = run.terminate("learner", timeout=60)
+    assert code == 0
