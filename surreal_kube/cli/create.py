@@ -15,7 +15,7 @@ import typer
 from surreal_kube.cli import kube_view as kv
 from surreal_kube.cli import spec_options as so
 from surreal_kube.cli.output import err, info, out, result
-from surreal_kube.cli.render_cmd import Images, Profile, parse_images, resolve_images
+from surreal_kube.cli.render_cmd import Images, Profile, image_chooser, parse_images
 from surreal_kube.errors import LaunchError, SpecError
 
 if TYPE_CHECKING:
@@ -317,24 +317,34 @@ def run_kube(
     wait: bool,
     timeout: float,
 ) -> None:
-    """Create the experiment on the cluster: pre-flight, apply, then a live view until Running."""
-    from surreal_kube.cli.render_cmd import print_objects, rendered_objects
+    """Create the experiment on the cluster: pre-flight, apply, then a live view until Running.
+
+    One plan (`launch/kube/plan.py`) per run: the dry run prints its objects, a direct create
+    applies them, and through the operator the `Experiment` carries the same spec and the
+    chosen profile, from which the operator makes the same plan.
+    """
+    from surreal_kube.cli.render_cmd import planned, print_objects
     from surreal_kube.launch.kube import cluster
     from surreal_kube.launch.kube.profile import load_profile
     from surreal_kube.launch.kube.render import dump_objects
 
     prof = load_profile(profile) if profile is not None else None
     if dry_run == "client":
-        print_objects(rendered_objects(exp, where.namespace, profile=prof, images=images), None)
+        print_objects(planned(exp, where.namespace, profile=prof, images=images).objects, None)
         return
     kube = kv.connect(where, exp.metadata.name, creating=True)
     kube.raw("GET", "/version", what="reach the API server")  # unreachable: say so first
-    refs = resolve_images(exp, prof, images, build=build, push=push, check=preflight)
+    chooser = image_chooser(prof, images, build=build, push=push, check=preflight)
     plan = cluster.plan_create(
-        kube, exp, profile=prof, preflight=preflight, images=refs, direct=direct
+        kube, exp, profile=prof, preflight=preflight, images=chooser, direct=direct
     )
     name = exp.metadata.name
     via = "through the operator" if plan.via_operator else "directly"
+    if plan.via_operator and prof is None:
+        info(
+            f"{name}: no --profile, so the operator renders it with its own profile (the "
+            "cluster's volume, pools and pull secrets); pre-flight here used the live nodes"
+        )
     if dry_run == "server":
         applied = cluster.create(kube, plan, dry_run="server")
         info(f"{name}: the API server accepted {len(applied)} objects (dry run, nothing stored)")

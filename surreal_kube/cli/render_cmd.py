@@ -139,8 +139,8 @@ def render(
     )
     chosen = parse_images(images)
     cluster = cluster_profile(profile, discover, context)
-    objects = rendered_objects(exp, namespace, profile=cluster, images=chosen)
-    print_objects(objects, output)
+    plan = planned(exp, namespace, profile=cluster, images=chosen)
+    print_objects(plan.objects, output)
 
 
 def print_objects(objects: list[dict[str, Any]], output: str | None) -> None:
@@ -160,24 +160,38 @@ def _kind_name(obj: dict[str, Any]) -> str:
     return f"{kind}{'.' + group if group else ''}/{obj.get('metadata', {}).get('name', '')}"
 
 
-def rendered_objects(
+def planned(
     exp: Any,
     namespace: str | None,
     *,
     profile: Any,
     images: dict[str, str],
-) -> list[dict[str, Any]]:
-    """The objects `create` would apply, without a cluster: images pinned in the spec too.
+) -> Any:
+    """The plan `create` would apply (`launch/kube/plan.py`), without a cluster.
 
-    `render` and `create --dry-run=client` both print this, so they never differ.
+    `render` and `create --dry-run=client` both print its objects, so they never differ, and
+    they are the objects the operator renders for the same spec and profile.
     """
-    from surreal_kube.launch.kube import cluster as kube_cluster
-    from surreal_kube.launch.kube.render import render_experiment
+    from surreal_kube.launch.kube.plan import make_plan
 
-    refs = resolve_images(exp, profile, images, build=False, push=False, check=False)
-    pinned = kube_cluster.pin_images(exp, refs)
     ns = namespace or exp.metadata.namespace or "default"
-    return render_experiment(pinned, ns, images=refs, profile=profile)
+    return make_plan(
+        exp,
+        ns,
+        profile=profile,
+        images=image_chooser(profile, images, build=False, push=False, check=False),
+    )
+
+
+def image_chooser(
+    profile: object, chosen: dict[str, str], *, build: bool, push: bool, check: bool
+) -> Any:
+    """The image stage of the CLI's plan: `resolve_images` for the keys the plan runs."""
+
+    def choose(exp: Any, keys: list[str]) -> dict[str, str]:
+        return resolve_images(exp, profile, chosen, build=build, push=push, check=check, used=keys)
+
+    return choose
 
 
 def resolve_images(
@@ -188,17 +202,21 @@ def resolve_images(
     build: bool,
     push: bool,
     check: bool,
+    used: list[str] | None = None,
 ) -> dict[str, str]:
     """Exact image references for the images the experiment runs (pre-flight: they exist).
 
     `--image key=REF` wins; prebuilt images are used as they are; builds get their content-hash
     tag, built with --build, else checked in the engine (or the registry with a profile registry)
-    when one is reachable.
+    when one is reachable. used: the keys the experiment runs, when its plan knows them already.
     """
     from surreal_kube.launch.kube import images as planner
-    from surreal_kube.launch.kube.render import used_image_keys
 
-    keys = [k for k in used_image_keys(exp) if k not in chosen]
+    if used is None:
+        from surreal_kube.launch.kube.render import used_image_keys
+
+        used = used_image_keys(exp)
+    keys = [k for k in used if k not in chosen]
     unknown = sorted(set(chosen) - set(exp.spec.images))
     if unknown:
         raise SpecError(

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from surreal_kube.errors import SpecError, SurrealKubeError
+from surreal_kube.experiment.progress import STATE_FINISHED
 from surreal_kube.experiment.spec import Experiment
 from surreal_kube.launch.kube import apply, cluster, naming
 from surreal_kube.launch.kube import progress as kube_progress
@@ -35,6 +36,13 @@ from surreal_kube.launch.kube.client import (
     Kube,
     NotFoundError,
     resource,
+)
+from surreal_kube.launch.kube.plan import (
+    ImageChooser,
+    Plan,
+    make_plan,
+    merge_profiles,
+    object_profile,
 )
 from surreal_kube.launch.kube.profile import ClusterProfile
 from surreal_kube.launch.kube.status import (
@@ -75,8 +83,8 @@ class Config:
 
 @dataclass
 class _Cache:
-    profile: ClusterProfile | None = None
-    at: float = 0.0
+    profiles: dict[str, tuple[ClusterProfile | None, float]] = field(default_factory=dict)
+    """The profile's JSON -> (with the live pools, when)."""
     lock: threading.Lock = field(default_factory=threading.Lock)
 
 
@@ -107,45 +115,98 @@ def owner_of(obj: Mapping[str, Any]) -> dict[str, str]:
     }
 
 
-def profile(kube: Kube, config: Config) -> ClusterProfile | None:
-    """The profile to render with: the configured one, pools discovered (cached for a minute)."""
-    if not config.read_nodes or (config.profile is not None and config.profile.pools):
-        return cluster.effective_profile(None, config.profile, check_fit=True, read_nodes=False)
+def profile(
+    kube: Kube | None, config: Config, obj: Mapping[str, Any] | None = None
+) -> ClusterProfile | None:
+    """The profile to render `obj` with: the operator's, with the object's `spec.profile` keys
+    over it (`plan.merge_profiles`), pools discovered when it lists none (cached a minute).
+    kube None: no nodes are read."""
+    base = merge_profiles(config.profile, object_profile(obj) if obj is not None else None)
+    if kube is None or not config.read_nodes:
+        return base  # no pools listed: placement is the scheduler's (--no-read-nodes)
+    if base is not None and base.pools:
+        return cluster.effective_profile(None, base, check_fit=True, read_nodes=False)
+    key = base.model_dump_json() if base is not None else ""
     with _profile_cache.lock:
-        if _profile_cache.profile is None or time.monotonic() - _profile_cache.at > PROFILE_TTL:
-            _profile_cache.profile = cluster.effective_profile(kube, config.profile, check_fit=True)
-            _profile_cache.at = time.monotonic()
-        return _profile_cache.profile
+        cached, at = _profile_cache.profiles.get(key, (None, 0.0))
+        if cached is None or time.monotonic() - at > PROFILE_TTL:
+            if len(_profile_cache.profiles) > 64:  # many experiments, many profiles: bounded
+                _profile_cache.profiles.clear()
+            cached = cluster.effective_profile(kube, base, check_fit=True)
+            _profile_cache.profiles[key] = (cached, time.monotonic())
+        return cached
+
+
+def default_images(config: Config) -> ImageChooser:
+    """The operator's image stage: prebuilt images as the spec names them, else its defaults.
+
+    It cannot build: a build without a default is refused with what to do instead.
+    """
+
+    def choose(exp: Experiment, keys: list[str]) -> dict[str, str]:
+        refs = {}
+        for key in keys:
+            spec = exp.spec.images[key]
+            ref = spec.image or config.default_images.get(key)
+            if not ref:
+                raise SpecError(
+                    f"spec.images.{key}: the operator cannot build images; name a prebuilt "
+                    f"image (spec.images.{key}.image), set the operator's default "
+                    f"(--default-image {key}=REF, Helm value experimentImages.{key}), or create "
+                    "the experiment with `surreal-kube create`, which builds the images and "
+                    "pins their tags"
+                )
+            refs[key] = ref
+        return refs
+
+    return choose
+
+
+def plan_of(kube: Kube | None, obj: Mapping[str, Any], config: Config) -> Plan:
+    """The one plan of an `Experiment` object (`launch/kube/plan.py`), owned by it: the same
+    plan `surreal-kube create` makes for the same spec and profile."""
+    exp = cluster.resolve_object(obj)
+    return make_plan(
+        exp,
+        obj["metadata"]["namespace"],
+        profile=profile(kube, config, obj),
+        images=default_images(config),
+        owner=owner_of(obj),
+    )
 
 
 def desired(kube: Kube, obj: Mapping[str, Any], config: Config) -> tuple[Experiment, list[dict]]:
     """The resolved experiment and every object it should have, owned by `obj`."""
-    from surreal_kube.launch.kube.render import render_experiment, used_image_keys
+    plan = plan_of(kube, obj, config)
+    return plan.exp, plan.objects
 
-    exp = cluster.resolve_object(obj)
-    refs = {}
-    for key in used_image_keys(exp):
-        spec = exp.spec.images[key]
-        ref = spec.image or config.default_images.get(key)
-        if not ref:
-            raise SpecError(
-                f"spec.images.{key}: the operator cannot build images; name a prebuilt image "
-                f"(spec.images.{key}.image), set the operator's default (--default-image "
-                f"{key}=REF, Helm value experimentImages.{key}), or create the experiment with "
-                "`surreal-kube create`, which builds the images and pins their tags"
-            )
-        refs[key] = ref
-    exp = cluster.pin_images(exp, refs)
-    namespace = obj["metadata"]["namespace"]
-    objects = render_experiment(
-        exp, namespace, owner=owner_of(obj), images=refs, profile=profile(kube, config)
-    )
-    return exp, objects
+
+def released(kube: Kube, obj: Mapping[str, Any], objects: list[dict]) -> list[dict]:
+    """The objects with every workload at 0 replicas when the run finished.
+
+    tensorplex scaled them to 0 at the end of the run (runtime/conductor.py); applying the spec's
+    replica counts again (an operator restart resumes every experiment, a spec edit, a resync
+    recreating a deleted workload) would start a finished run's pods once more. Re-rendering
+    with 0 replicas, rather than skipping the workloads, keeps them converged to the spec in
+    everything else and recreates a deleted one at 0.
+    """
+    meta = obj["metadata"]
+    done = (obj.get("status") or {}).get("phase") == "Succeeded"
+    if not done:
+        record = kube_progress.read(kube, meta["name"], meta["namespace"])
+        done = record is not None and record.state == STATE_FINISHED
+    if not done:
+        return objects
+    for o in objects:
+        if o["kind"] in ("Deployment", "StatefulSet"):
+            o["spec"]["replicas"] = 0
+    return objects
 
 
 def apply_experiment(kube: Kube, obj: Mapping[str, Any], config: Config) -> list[str]:
     """Apply everything the experiment should have and prune the rest; what was pruned."""
     exp, objects = desired(kube, obj, config)
+    objects = released(kube, obj, objects)
     namespace = obj["metadata"]["namespace"]
     restarts = restarted_by_edit(kube, exp, namespace)
     apply.apply_objects(kube, objects, namespace)
@@ -188,6 +249,7 @@ def restarted_by_edit(kube: Kube, exp: Experiment, namespace: str) -> str:
 def ensure(kube: Kube, obj: Mapping[str, Any], config: Config) -> list[str]:
     """Recreate desired objects that are missing; their names."""
     _, objects = desired(kube, obj, config)
+    objects = released(kube, obj, objects)
     namespace = obj["metadata"]["namespace"]
     gone = apply.missing(kube, objects, namespace)
     if gone:
@@ -313,6 +375,7 @@ def refresh(
             agent_selector=cluster.agent_selector(name),
             nodes=nodes,
             replacements=replacements,
+            learner_max_restarts=config.learner_max_restarts,
         )
         status.observed_generation = old.get("observedGeneration")
         # the figures tensorplex reports into <exp>-progress; what it lacks keeps its last value
@@ -322,6 +385,16 @@ def refresh(
         budget = config.learner_max_restarts
         if old.get("phase") == "Failed":
             status.phase, status.reason = "Failed", old.get("reason")
+        elif status.phase == "Succeeded" or old.get("phase") == "Succeeded":
+            if status.phase != "Succeeded":  # a record gone since: the run still succeeded
+                status.phase, status.reason = "Succeeded", old.get("reason")
+            conds.append(condition("Succeeded", "True", "BudgetReached", status.reason or ""))
+        elif status.phase == "Failed":  # a learner container that cannot run (summarize)
+            status.reason = (
+                f"{status.reason}; its workloads were scaled to 0, data and logs are kept"
+            )
+            conds.append(condition("Failed", "True", "LearnerCannotRun", status.reason))
+            stop_workloads(kube, namespace, name)
         elif status.learner_restarts > budget:
             status.phase = "Failed"
             last = last_learner_failure(found)

@@ -10,7 +10,9 @@ import yaml
 
 from surreal_kube.launch.kube import crd
 from surreal_kube.launch.kube.cluster import resolve_object
+from surreal_kube.launch.kube.profile import ClusterProfile, profile_from_dict
 from surreal_kube.operator import rbac
+from surreal_kube.operator.main import parse
 from tests.charts.helm import CHART, ROOT, by_kind, helm, template
 
 
@@ -27,6 +29,7 @@ def test_default_install_objects() -> None:
         "ClusterRole",
         "ClusterRole",
         "ClusterRoleBinding",
+        "ConfigMap",
         "Deployment",
         "RoleBinding",
         "ServiceAccount",
@@ -34,7 +37,9 @@ def test_default_install_objects() -> None:
     (deploy,) = by_kind(docs, "Deployment")
     pod = deploy["spec"]["template"]["spec"]
     (container,) = pod["containers"]
-    assert container["image"] == "surreal-kube/runtime-cpu:0.1.0"  # pinned: appVersion, the image `build` tags
+    assert (
+        container["image"] == "surreal-kube/runtime-cpu:0.1.0"
+    )  # pinned: appVersion, the image `build` tags
     assert container["command"] == ["python", "-m", "surreal_kube.operator"]
     assert "--namespace=surreal-kube-system" in container["args"]
     assert container["securityContext"]["readOnlyRootFilesystem"] is True
@@ -89,8 +94,9 @@ def test_create_switches_and_names() -> None:
         "--set",
         "serviceAccount.name=existing",
     )
-    assert sorted(d["kind"] for d in none) == ["Deployment"]
-    assert none[0]["spec"]["template"]["spec"]["serviceAccountName"] == "existing"
+    assert sorted(d["kind"] for d in none) == ["ConfigMap", "Deployment"]
+    (deploy,) = by_kind(none, "Deployment")
+    assert deploy["spec"]["template"]["spec"]["serviceAccountName"] == "existing"
     refused = helm("template", "x", str(CHART), "--set", "serviceAccount.create=false", check=False)
     assert refused.returncode != 0
     assert "serviceAccount.name is required when serviceAccount.create is false" in refused.stderr
@@ -101,6 +107,53 @@ def test_create_switches_and_names() -> None:
     pinned = template("--set", f"image.digest={digest}")
     image = by_kind(pinned, "Deployment")[0]["spec"]["template"]["spec"]["containers"][0]["image"]
     assert image == f"surreal-kube/runtime-cpu@{digest}"
+
+
+def operator_profile(docs: list[dict]) -> tuple[ClusterProfile, dict, dict]:
+    """The profile the operator pod reads (its ConfigMap, as mounted), its container, its pod."""
+    (deploy,) = by_kind(docs, "Deployment")
+    pod = deploy["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    path = next(a for a in container["args"] if a.startswith("--profile=")).split("=", 1)[1]
+    mount = next(m for m in container["volumeMounts"] if path.startswith(m["mountPath"] + "/"))
+    volume = next(v for v in pod["volumes"] if v["name"] == mount["name"])
+    (cm,) = [
+        d
+        for d in by_kind(docs, "ConfigMap")
+        if d["metadata"]["name"] == volume["configMap"]["name"]
+    ]
+    text = cm["data"][path[len(mount["mountPath"]) + 1 :]]
+    return profile_from_dict(yaml.safe_load(text), "the chart's profile"), container, deploy
+
+
+def test_the_chart_sets_the_operators_profile() -> None:
+    default, _, deploy = operator_profile(template())
+    assert default == ClusterProfile()  # empty: the built-in defaults, pools from the nodes
+    values = {
+        "experimentVolume": {"kind": "persistentVolumeClaim", "storageClassName": "standard-rwo"},
+        "imagePullSecrets": ["regcred"],
+        "pools": [{"name": "cpu-pool", "count": 3, "cpu": "8", "memory": "32Gi"}],
+        "registry": "registry.test/surreal",
+    }
+    docs = template("--set-json", f"profile={json.dumps(values)}")
+    chosen, container, changed = operator_profile(docs)
+    assert chosen == profile_from_dict(values)
+    assert chosen.experiment_volume.storage_class_name == "standard-rwo"
+    assert chosen.image_pull_secrets == ["regcred"] and chosen.pools[0].name == "cpu-pool"
+    # the operator reads it at start: a changed profile changes the pod template (a rollout)
+    key = "checksum/profile"
+    before = deploy["spec"]["template"]["metadata"]["annotations"][key]
+    assert changed["spec"]["template"]["metadata"]["annotations"][key] != before
+    # and the operator accepts exactly what the chart rendered
+    assert parse(container["args"]).profile == "/etc/surreal-kube/profile.yaml"
+
+
+def test_the_profile_values_are_the_profiles_keys() -> None:
+    schema = json.loads((CHART / "values.schema.json").read_text())
+    keys = set(schema["properties"]["profile"]["properties"])
+    assert keys == {f.alias or n for n, f in ClusterProfile.model_fields.items()}
+    done = helm("template", "x", str(CHART), "--set", "profile.storageClass=x", check=False)
+    assert done.returncode != 0 and "storageClass" in done.stderr, done.stderr
 
 
 @pytest.mark.parametrize(

@@ -89,3 +89,10 @@ The name of the node-reading ClusterRole (and its binding): <fullname>-nodes wit
 {{- define "surreal-kube.nodesRoleName" -}}
 {{- printf "%s-nodes" (include "surreal-kube.fullname" . | trunc 57 | trimSuffix "-") -}}
 {{- end -}}
+
+{{/*
+The operator's profile ConfigMap: <fullname>-profile within 63.
+*/}}
+{{- define "surreal-kube.profileName" -}}
+{{- printf "%s-profile" (include "surreal-kube.fullname" . | trunc 55 | trimSuffix "-") -}}
+{{- end -}}

@@ -46,6 +46,7 @@ from surreal_kube.launch.kube.client import (
     describe,
     resource,
 )
+from surreal_kube.launch.kube.plan import PROFILE_KEY, ImageChooser, Plan
 from surreal_kube.launch.kube.profile import ClusterProfile, merge_pools
 from surreal_kube.launch.kube.status import ExperimentStatus, slim_pod, summarize, unscheduled
 
@@ -90,6 +91,7 @@ def resolve_object(obj: Mapping[str, Any]) -> Experiment:
     spec = obj.get("spec") or {}
     if not isinstance(spec, Mapping):
         raise SpecError("spec: must be a mapping")
+    spec = {k: v for k, v in spec.items() if k != PROFILE_KEY}  # how it runs, not what (plan.py)
     algo = spec.get("algorithm") if isinstance(spec.get("algorithm"), Mapping) else {}
     algorithm = str((algo or {}).get("name") or "ppo")
     if algorithm not in ("ppo", "ddpg"):
@@ -112,17 +114,29 @@ def resolve_object(obj: Mapping[str, Any]) -> Experiment:
     return validate_document(doc)
 
 
-def experiment_object(exp: Experiment, namespace: str) -> dict[str, Any]:
-    """The `Experiment` custom resource for a resolved experiment."""
+def experiment_object(
+    exp: Experiment, namespace: str, profile: ClusterProfile | None = None
+) -> dict[str, Any]:
+    """The `Experiment` custom resource for a resolved experiment.
+
+    profile: the cluster profile chosen for it (`create --profile`), written whole as
+    `spec.profile` so that the operator renders exactly what the CLI planned; None: the
+    operator's own profile applies, as for an object applied with kubectl.
+    """
+    from surreal_kube.launch.kube.plan import profile_document
+
     doc = to_document(exp)
     meta: dict[str, Any] = {"name": exp.metadata.name, "namespace": namespace}
     if exp.metadata.labels:
         meta["labels"] = dict(exp.metadata.labels)
+    spec = doc["spec"]
+    if profile is not None:
+        spec = {**spec, PROFILE_KEY: profile_document(profile)}
     return {
         "apiVersion": doc["apiVersion"],
         "kind": doc["kind"],
         "metadata": meta,
-        "spec": doc["spec"],
+        "spec": spec,
     }
 
 
@@ -239,45 +253,35 @@ def _no_pools(profile: ClusterProfile | None) -> ClusterProfile | None:
 # --------------------------------------------------------------------------- create
 
 
-@dataclass
-class Plan:
-    """What `create` will apply."""
-
-    exp: Experiment
-    """The resolved experiment, images pinned."""
-    namespace: str
-    objects: list[dict[str, Any]]
-    """The rendered objects (no owner yet: the root is created first)."""
-    via_operator: bool
-
-
 def plan_create(
     kube: Kube,
     exp: Experiment,
     *,
     profile: ClusterProfile | None = None,
     preflight: bool = True,
-    images: Mapping[str, str] | None = None,
+    images: ImageChooser | Mapping[str, str] | None = None,
     direct: bool = False,
 ) -> Plan:
-    """Pre-flight and render: SpecError / LaunchError before anything is created.
+    """Pre-flight and the one plan (`plan.make_plan`): SpecError / LaunchError before anything
+    is created.
 
-    images: key -> exact reference (from the image planner); None: the spec's own prebuilt
-    references, or the content-hash tags of its builds.
+    images: a chooser (the CLI's: check or build them) or key -> exact reference; keys left
+    out: the spec's own prebuilt references, or the content-hash tags of its builds.
+    Through the operator the chosen profile travels in the `Experiment` (`Plan.profile_choice`),
+    so the operator's plan of the same spec comes out the same.
     """
-    from surreal_kube.launch.kube.render import render_experiment, used_image_keys
+    from surreal_kube.launch.kube.plan import make_plan
 
-    namespace = kube.namespace
-    if images is None:
-        from surreal_kube.launch.kube.images import planned_references
-
-        registry = profile.registry if profile else None
-        images = planned_references(exp, keys=used_image_keys(exp), registry=registry)
-    exp = pin_images(exp, images)
     prof = effective_profile(kube, profile, check_fit=preflight)
-    objects = render_experiment(exp, namespace, images=images, profile=prof)
-    via_operator = not direct and kube.has_experiment_crd()
-    return Plan(exp, namespace, objects, via_operator)
+    if preflight:  # a claim its class cannot serve would leave every data pod Pending
+        from surreal_kube.launch.kube.storage import check_storage
+
+        volume = (prof or profile or ClusterProfile()).experiment_volume
+        check_storage(kube, volume, exp.metadata.name)
+    plan = make_plan(exp, kube.namespace, profile=prof, images=images)
+    plan.via_operator = not direct and kube.has_experiment_crd()
+    plan.profile_choice = profile
+    return plan
 
 
 def ensure_absent(kube: Kube, name: str, namespace: str) -> None:
@@ -307,7 +311,7 @@ def create(
     if not server_dry:
         ensure_absent(kube, name, plan.namespace)
     if plan.via_operator:
-        obj = experiment_object(plan.exp, plan.namespace)
+        obj = experiment_object(plan.exp, plan.namespace, plan.profile_choice)
         stored = kube.apply(obj, plan.namespace, dry_run=server_dry)
         if progress:
             progress(f"applied Experiment/{name}: the operator creates the rest")

@@ -16,6 +16,9 @@ Choices:
 - Kubernetes quantities (cpu, memory) are int-or-string, as in a pod spec.
 - A CEL rule refuses an agent count the batch does not divide, so that `kubectl scale` and the
   scale subresource get the same answer as the CLI.
+- `spec.profile` (optional) is the cluster profile (launch/kube/profile.py) the experiment runs
+  with; its keys replace the operator's (launch/kube/plan.py). Not part of the experiment spec the
+  roles read: it says how the experiment is placed and stored, not what it learns.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from typing import Any
 import yaml
 
 from surreal_kube.experiment.spec import API_VERSION, COMPONENTS, KIND, ExperimentSpec
+from surreal_kube.launch.kube.plan import PROFILE_KEY
 from surreal_kube.launch.kube.status import ExperimentStatus
 
 GROUP, VERSION = API_VERSION.split("/")
@@ -36,7 +40,12 @@ CATEGORIES = ["surreal"]
 CRD_NAME = f"{PLURAL}.{GROUP}"
 
 # (model name in the JSON schema's $defs, property) -> schema override
-_INT_OR_STRING = {("Resources", "cpu"), ("Resources", "memory")}
+_INT_OR_STRING = {
+    ("Resources", "cpu"),
+    ("Resources", "memory"),
+    ("NodePool", "cpu"),
+    ("NodePool", "memory"),
+}
 _DROP = ("title", "default", "discriminator", "examples")
 
 PRINTER_COLUMNS: list[dict[str, Any]] = [
@@ -295,6 +304,23 @@ def spec_schema() -> dict[str, Any]:
     quantities = out["properties"]["resources"]["additionalProperties"]["properties"]
     for prop, rule in QUANTITY_RULES.items():
         quantities[prop]["x-kubernetes-validations"] = [dict(rule)]
+    out["properties"][PROFILE_KEY] = profile_schema()
+    return out
+
+
+def profile_schema() -> dict[str, Any]:
+    """The structural schema of `.spec.profile`: the cluster profile, optional, key by key."""
+    from surreal_kube.launch.kube.profile import ClusterProfile
+
+    raw = ClusterProfile.model_json_schema(by_alias=True, mode="validation")
+    defs = raw.pop("$defs", {})
+    out = _clean(structural(raw, _cleaned_defs(defs), "ClusterProfile"))
+    out["description"] = (
+        "The cluster profile this experiment runs with (the same keys as a --profile file: "
+        "pools, experimentVolume, imagePullSecrets, ...). Each key given replaces the "
+        "operator's value of that key; keys left out, or no profile at all, take the "
+        "operator's (Helm value `profile`). `surreal-kube create --profile FILE` writes it whole."
+    )
     return out
 
 

@@ -1,0 +1,181 @@
+"""One plan per create, dry run or reconcile: topology -> placement -> images -> objects.
+
+An experiment reaches a cluster three ways: `surreal-kube create` (directly or through the
+operator), `render` / `create --dry-run`, and the operator's reconcile of an `Experiment`. All
+three call `make_plan` with one resolved spec and one cluster profile, and apply (or print) the
+objects of the `Plan` it returns. Each stage runs once, in this order, and later stages take what
+earlier ones computed instead of computing it again:
+
+1. the topology (`experiment/topology.py`): groups, processes, endpoints;
+2. placement (`placement.place`): a pool per group, checked against the profile's pools, so an
+   experiment that cannot fit is refused before any image is built;
+3. images: the exact reference of each key of `spec.images` the topology runs. Who chooses them
+   differs (the CLI builds or checks them in an engine, a dry run computes their content-hash
+   tags, the operator takes prebuilt ones or its default images), so `make_plan` takes a chooser;
+   the spec is then pinned to those references, which is what the roles read;
+4. the objects (`render.render_experiment`, entered once).
+
+Same spec, same profile, same images: the same objects, byte for byte (`Plan.yaml`), whichever
+entry point made the plan; only the owner differs (the CLI sets the spec's ConfigMap as the root
+once it exists, the operator owns everything by its `Experiment`).
+
+Where the profile comes from is decided by the callers (`cluster.effective_profile` reads the
+live pools when the profile lists none); an `Experiment` may carry its own (`spec.profile`,
+`object_profile`), whose keys replace the operator's (`merge_profiles`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from surreal_kube.errors import SpecError
+from surreal_kube.experiment.resolve import experiment_topology
+from surreal_kube.experiment.spec import Experiment
+from surreal_kube.experiment.topology import Topology
+from surreal_kube.launch.kube.placement import Placement, place
+from surreal_kube.launch.kube.profile import ClusterProfile, profile_from_dict
+
+ImageChooser = Callable[[Experiment, list[str]], Mapping[str, str]]
+"""(experiment, keys of spec.images it runs) -> key -> exact reference."""
+PROFILE_KEY = "profile"
+"""Where an `Experiment` object carries its cluster profile: `spec.profile`."""
+
+
+@dataclass
+class Plan:
+    """What one create, dry run or reconcile applies: computed once by `make_plan`."""
+
+    exp: Experiment
+    """The resolved experiment, its images pinned to the references in `images`."""
+    namespace: str
+    profile: ClusterProfile
+    """The profile the objects were rendered with (pools as placement saw them)."""
+    topology: Topology
+    placements: Mapping[str, Placement]
+    """group -> pool, node selector and tolerations."""
+    images: Mapping[str, str]
+    """key of spec.images -> exact reference."""
+    objects: list[dict[str, Any]]
+    """The rendered objects, root first; owned by `owner` when it has a uid."""
+    owner: Mapping[str, Any] | None = None
+    via_operator: bool = False
+    """Applied as one `Experiment` object that the operator renders (from this same plan)."""
+    profile_choice: ClusterProfile | None = None
+    """The profile the user chose (`--profile`), written into the `Experiment` so the operator
+    renders it the same way; None: the operator's own profile applies."""
+
+    def yaml(self) -> str:
+        """The objects as one deterministic YAML stream (what `render` prints)."""
+        from surreal_kube.launch.kube.render import dump_objects
+
+        return dump_objects(self.objects, "yaml")
+
+
+def image_keys(exp: Experiment, topology: Topology) -> list[str]:
+    """The keys of `spec.images` the topology runs (no GPU: no CUDA image)."""
+    from surreal_kube.launch.kube.render import image_key
+
+    return sorted({image_key(exp, g.component) for g in topology.groups})
+
+
+def make_plan(
+    exp: Experiment,
+    namespace: str,
+    *,
+    profile: ClusterProfile | None,
+    images: ImageChooser | Mapping[str, str] | None = None,
+    owner: Mapping[str, Any] | None = None,
+) -> Plan:
+    """Topology, placement, images and objects of `exp`, each computed once.
+
+    Args:
+        exp: the resolved experiment (images not necessarily pinned yet).
+        namespace: where the objects go.
+        profile: the cluster profile to place and render with; None: the defaults (nothing
+            checked, placement left to the scheduler).
+        images: a chooser called once with the keys the experiment runs, or references already
+            chosen; keys left without one get the spec's prebuilt image or its build's
+            content-hash tag (which needs the build context, as `render` does).
+        owner: the root object ({apiVersion, kind, name, uid}); None: the ConfigMap is the root.
+
+    Raises SpecError (cannot be placed, bad image key) or LaunchError before anything is applied.
+    """
+    from surreal_kube.launch.kube.cluster import pin_images
+    from surreal_kube.launch.kube.render import render_experiment
+
+    prof = profile or ClusterProfile()
+    topology = experiment_topology(exp)
+    placements = place(exp, topology, prof)
+    keys = image_keys(exp, topology)
+    chosen = dict(images(exp, keys) if callable(images) else (images or {}))
+    missing = [k for k in keys if k not in chosen]
+    if missing:
+        from surreal_kube.launch.kube.images import planned_references
+
+        chosen.update(planned_references(exp, keys=missing, registry=prof.registry))
+    pinned = pin_images(exp, chosen)  # images are not part of the topology: it stays valid
+    objects = render_experiment(
+        pinned,
+        namespace,
+        owner=owner,
+        images=chosen,
+        profile=prof,
+        topology=topology,
+        placements=placements,
+    )
+    return Plan(
+        exp=pinned,
+        namespace=namespace,
+        profile=prof,
+        topology=topology,
+        placements=placements,
+        images=chosen,
+        objects=objects,
+        owner=owner,
+    )
+
+
+# --------------------------------------------------------------------------- the object's profile
+
+
+def profile_document(profile: ClusterProfile) -> dict[str, Any]:
+    """A profile as the `spec.profile` of an `Experiment`: every key, nulls left out.
+
+    Every key is written, so the operator renders with exactly this profile and none of its
+    own settings (a null would mean "the operator's", which is not what was planned).
+    """
+    return profile.model_dump(by_alias=True, mode="json", exclude_none=True)
+
+
+def object_profile(obj: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The `spec.profile` section of an `Experiment` object (a mapping), or None without one."""
+    spec = obj.get("spec") or {}
+    section = spec.get(PROFILE_KEY) if isinstance(spec, Mapping) else None
+    if section is None:
+        return None
+    if not isinstance(section, Mapping):
+        raise SpecError(
+            f"spec.{PROFILE_KEY}: must be a mapping of cluster-profile keys "
+            "(pools, experimentVolume, imagePullSecrets, ...), got "
+            f"{type(section).__name__}"
+        )
+    return dict(section)
+
+
+def merge_profiles(
+    base: ClusterProfile | None, section: Mapping[str, Any] | None
+) -> ClusterProfile | None:
+    """The operator's profile with an `Experiment`'s `spec.profile` over it, key by key.
+
+    Each top-level key the object gives replaces the operator's value of that key whole (its
+    `experimentVolume`, its `imagePullSecrets` list, its `pools`); keys it leaves out keep the
+    operator's. Like a PVC that names a StorageClass or gets the cluster's default: what the
+    object says is what runs, and the cluster fills in the rest. SpecError names the field.
+    """
+    if section is None:
+        return base
+    doc = base.model_dump(by_alias=True, mode="json", exclude_none=True) if base else {}
+    doc.update(section)
+    return profile_from_dict(doc, f"spec.{PROFILE_KEY}")
