@@ -218,18 +218,20 @@ class ImageSpec(SpecModel):
 
 
 def _default_images() -> dict[str, ImageSpec]:
+    # `@surreal-kube`: the folder of the installed package, whose Dockerfiles ship inside it, so
+    # the defaults build from a checkout and from a pip install alike (launch/kube/images.py).
     return {
         "cpu": ImageSpec(
             build=ImageBuild(
-                dockerfile="dockerfiles/runtime-cpu.Dockerfile",
-                context=["."],
+                dockerfile="@surreal-kube/surreal_kube/dockerfiles/runtime-cpu.Dockerfile",
+                context=["@surreal-kube"],
                 repository="surreal-kube/runtime-cpu",
             )
         ),
         "gpu": ImageSpec(
             build=ImageBuild(
-                dockerfile="dockerfiles/runtime-cuda.Dockerfile",
-                context=["."],
+                dockerfile="@surreal-kube/surreal_kube/dockerfiles/runtime-cuda.Dockerfile",
+                context=["@surreal-kube"],
                 repository="surreal-kube/runtime-cuda",
             )
         ),

@@ -21,7 +21,7 @@ import pytest
 from surreal_kube.launch.kube import images, naming
 from tests.cluster.fixtures import KubeCluster
 from tests.launch.kube.engine import BASE_IMAGE, Engine, missing_tools, podman_engine
-from tests.launch.kube.test_images_podman import ROOT, project_copy
+from tests.launch.kube.test_images_podman import ROOT, project_copy, snapshot_sets
 
 pytestmark = [
     pytest.mark.node,
@@ -60,6 +60,7 @@ def loaded_image(engine: Engine, real_node: Any, tmp_path_factory: pytest.TempPa
             f"PYTHON_IMAGE={BASE_IMAGE}",
             "--context-dir",
             str(project),
+            *(arg for s in snapshot_sets("cpu") for arg in ("--set", s)),
             "--load",
             "--containerd-address",
             str(real_node.containerd_address),

@@ -4,10 +4,13 @@ An image build is a Dockerfile plus one or more context directories (merged in o
 directory's file wins over an earlier one at the same path). Files are filtered like `docker
 build` does: by `<Dockerfile>.dockerignore` next to the Dockerfile when it exists (BuildKit's
 rule, so one repository can hold several images with different ignore lists), else by each
-context directory's own `.dockerignore`.
+context directory's own `.dockerignore`, else by `<Dockerfile>.default.dockerignore` (a Dockerfile
+that builds other people's folders, such as the user-project image, brings sensible defaults
+that a folder's own `.dockerignore` replaces).
 
 The content hash covers exactly what the engine receives: the Dockerfile's bytes, the build
-arguments, and every file's path, executable bit and bytes (symlinks by target). Modification
+arguments, the target platform (`linux/amd64`: the same files built for another architecture are
+another image) and every file's path, executable bit and bytes (symlinks by target). Modification
 times, owners and the order of the file system are left out, so a fresh clone hashes the same.
 The tar is built the same way (sorted, mtime 0, uid 0), so identical inputs give identical bytes.
 """
@@ -47,7 +50,12 @@ class ContextEntry:
 
 def ignore_patterns(dockerfile: Path, context: Path) -> list[str]:
     """The .dockerignore patterns that apply to `context` for this Dockerfile."""
-    for candidate in (Path(f"{dockerfile}.dockerignore"), context / ".dockerignore"):
+    candidates = (
+        Path(f"{dockerfile}.dockerignore"),
+        context / ".dockerignore",
+        Path(f"{dockerfile}.default.dockerignore"),
+    )
+    for candidate in candidates:
         if candidate.is_file():
             lines = candidate.read_text(encoding="utf-8").splitlines()
             return [ln.strip() for ln in lines if ln.strip() and not ln.lstrip().startswith("#")]
@@ -85,11 +93,15 @@ def content_hash(
     dockerfile: Path,
     contexts: Sequence[Path],
     build_args: Mapping[str, str] | None = None,
+    platform: str | None = None,
 ) -> str:
-    """sha256 (hex) of the Dockerfile, build arguments and merged context (module docstring)."""
+    """sha256 (hex) of the Dockerfile, build arguments, platform and merged context (module
+    docstring). `platform` None (an image of files, such as the wheels image) hashes as before."""
     entries = collect(dockerfile, contexts)  # checks that the Dockerfile and contexts exist
     digest = hashlib.sha256(HASH_SCHEME)
     digest.update(b"dockerfile\0" + dockerfile.read_bytes() + b"\0")
+    if platform is not None:
+        digest.update(f"platform\0{platform}\0".encode())
     for key, value in sorted((build_args or {}).items()):
         digest.update(f"arg\0{key}\0{value}\0".encode())
     for entry in entries:

@@ -1,10 +1,25 @@
 """The image planner: which images an experiment runs, which must be built, and building them.
 
 `spec.images` names, per key ("cpu" for CPU pods, "gpu" for pods with GPUs), either a prebuilt
-image (used as is) or a build. A build is tagged by the content hash of its Dockerfile and context
-(`buildcontext.content_hash`): `<registry>/<repository>:<hash16>`. The same files always give
-the same tag, so an unchanged image is never rebuilt and the rendered objects name it exactly
-(`imagePullPolicy: IfNotPresent` never serves a stale image: a new content is a new tag).
+image (used as is) or a build. A build is tagged by the content hash of its Dockerfile, context
+and platform (`buildcontext.content_hash`): `<registry>/<repository>:<hash16>`. The same files
+always give the same tag, so an unchanged image is never rebuilt and the rendered objects name it
+exactly (`imagePullPolicy: IfNotPresent` never serves a stale image: a new content is a new tag).
+
+Where the files are: the default builds name `@surreal-kube/...`, the folder the installed
+`surreal_kube` package lives in (a checkout's root, or a site-packages): the Dockerfiles ship inside
+the package (`surreal_kube/dockerfiles/`), so `render` and `build` work from a pip install anywhere.
+Other paths are relative to the base folder (`--context-dir`, default: the current directory).
+
+The user's project: when the base folder is a project of the user's (`user_project`: a
+pyproject.toml whose project is not surreal-kube, or a requirements.txt), each image built from
+our Dockerfiles gets the project on top (`user.Dockerfile`, FROM the exact runtime image), and the
+pods run that image. Its tag hashes the project's files, the runtime's content hash and the
+platform, so `build`, `render` and `create` run in the same folder agree on it with no flag.
+
+One place for what every verb must agree on: the platform (`default_platform`: linux/amd64, or
+$SURREAL_KUBE_PLATFORM; part of every tag) and the registry (the profile's `registry`, else
+$SURREAL_KUBE_REGISTRY: `default_registry`), read here by `build`, `render` and `create` alike.
 
     plans = plan_images(exp, client=docker_client())        # what exists, what is missing
     build_images(plans, client, push=True)                  # build (and push) the missing ones
@@ -25,6 +40,7 @@ Two ways of getting the packages in without the network of a pod or of a registr
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -34,6 +50,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Literal
 
+import surreal_kube
 from surreal_kube.errors import LaunchError, SpecError
 from surreal_kube.experiment.spec import Experiment, ImageBuild
 from surreal_kube.launch.kube import buildcontext
@@ -41,9 +58,19 @@ from surreal_kube.launch.kube import buildcontext
 TAG_LENGTH = 16
 HASH_LABEL = "surreal.ai/content-hash"
 Status = Literal["prebuilt", "present", "missing", "built", "pushed", "loaded"]
-TRANSPORT_ARGS = frozenset({"WHEELS_IMAGE"})
+TRANSPORT_ARGS = frozenset({"WHEELS_IMAGE", "BASE_IMAGE"})
 """Build arguments that say where the bits come from, not what goes in: left out of the tag (the
-pinned requirements file, in the context, says what goes in)."""
+pinned requirements file, in the context, says what goes in; a user image hashes its runtime
+image's content hash, not the reference, which carries the registry)."""
+PACKAGE_ROOT = "@surreal-kube"
+"""In `spec.images.*.build` paths: the folder holding the installed `surreal_kube` package."""
+DOCKERFILES = "surreal_kube/dockerfiles"
+"""Where the Dockerfiles are, under PACKAGE_ROOT."""
+USER_DOCKERFILE = "user.Dockerfile"
+DEFAULT_PLATFORM = "linux/amd64"
+"""What clusters run (GKE, EKS and most others): an image built on an arm64 laptop runs there."""
+_PLATFORM = re.compile(r"^[a-z0-9]+/[a-z0-9_]+(/[a-z0-9]+)?$")
+_PIP_MACHINE = {"amd64": "x86_64", "arm64": "aarch64", "ppc64le": "ppc64le", "s390x": "s390x"}
 WHEELS_REPOSITORY = "surreal-kube/wheels"
 WHEELS_DOCKERFILE = "FROM scratch\nCOPY . /\n"
 """Wheels at the root: the Dockerfile mounts the whole image at /wheels (an empty `scratch` too)."""
@@ -89,6 +116,9 @@ class ImagePlan:
     contexts: tuple[Path, ...] = ()
     content_hash: str | None = None
     build_args: tuple[tuple[str, str], ...] = ()
+    platform: str = DEFAULT_PLATFORM
+    base: ImagePlan | None = None
+    """For a user image: the runtime image it is built FROM (built first when missing)."""
 
     @property
     def repository(self) -> str:
@@ -119,9 +149,117 @@ def tagged(repository: str, content_hash: str, registry: str | None) -> str:
     return f"{repo}:{content_hash[:TAG_LENGTH]}"
 
 
+def package_root() -> Path:
+    """The folder holding the installed `surreal_kube` package: what `@surreal-kube` means."""
+    return Path(surreal_kube.__file__).resolve().parent.parent
+
+
 def _resolve(base_dir: Path, path: str) -> Path:
+    if path == PACKAGE_ROOT or path.startswith(PACKAGE_ROOT + "/"):
+        return package_root() / path[len(PACKAGE_ROOT) :].lstrip("/")
     p = Path(path)
     return p if p.is_absolute() else base_dir / p
+
+
+def default_platform() -> str:
+    """$SURREAL_KUBE_PLATFORM, else linux/amd64: the platform every verb builds and tags for."""
+    return check_platform(os.environ.get("SURREAL_KUBE_PLATFORM") or DEFAULT_PLATFORM)
+
+
+def check_platform(platform: str) -> str:
+    """`platform` if it is `os/arch[/variant]` (e.g. linux/amd64, linux/arm64), else SpecError."""
+    if not _PLATFORM.match(platform):
+        raise SpecError(
+            f"platform {platform!r}: expected os/arch[/variant], e.g. linux/amd64 or linux/arm64"
+        )
+    return platform
+
+
+def default_registry() -> str | None:
+    """$SURREAL_KUBE_REGISTRY, when no profile names a registry: one setting for every verb."""
+    return os.environ.get("SURREAL_KUBE_REGISTRY") or None
+
+
+def declared_args(dockerfile: Path) -> set[str]:
+    """The build arguments a Dockerfile declares (`ARG NAME`): the only ones it receives.
+
+    A user image and its runtime image are built with one set of `--build-arg`s; each gets (and
+    hashes) only its own, so the runtime's tag does not move with the user layer's arguments.
+    """
+    if not dockerfile.is_file():
+        raise LaunchError(f"Dockerfile {str(dockerfile)!r} does not exist")
+    names = set()
+    for line in dockerfile.read_text(encoding="utf-8").splitlines():
+        match = re.match(r"\s*ARG\s+([A-Za-z_][A-Za-z0-9_]*)", line, re.IGNORECASE)
+        if match:
+            names.add(match.group(1))
+    return names
+
+
+@dataclass(frozen=True)
+class UserProject:
+    """A folder of the user's: their package and what it needs, built on top of our images."""
+
+    path: Path
+    name: str
+    """Docker repository component: the project's name, lowercased."""
+
+
+def user_project(folder: str | Path) -> UserProject | None:
+    """The user project in `folder`, or None (no project there, or surreal-kube's own checkout).
+
+    A project is a pyproject.toml whose `[project].name` is not surreal-kube, or, without one, a
+    requirements.txt (the folder's name then names it).
+    """
+    import tomllib
+
+    path = Path(folder).resolve()
+    pyproject = path / "pyproject.toml"
+    if pyproject.is_file():
+        try:
+            data = tomllib.loads(pyproject.read_text(encoding="utf-8"))
+        except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+            raise SpecError(f"{pyproject}: not valid TOML: {exc}") from None
+        name = str(data.get("project", {}).get("name") or path.name)
+    elif (path / "requirements.txt").is_file():
+        name = path.name
+    else:
+        return None
+    repo = re.sub(r"[^a-z0-9._-]+", "-", name.lower()).strip("._-") or "project"
+    if repo.replace("_", "-") == "surreal-kube":
+        return None
+    return UserProject(path, repo)
+
+
+def _user_plan(
+    base: ImagePlan,
+    project: UserProject,
+    args: Mapping[str, str],
+    registry: str | None,
+    platform: str,
+) -> ImagePlan:
+    """The plan of `project` built FROM `base` (whose content hash it hashes)."""
+    dockerfile = package_root() / DOCKERFILES / USER_DOCKERFILE
+    own = {k: v for k, v in args.items() if k in declared_args(dockerfile) and k != "BASE_IMAGE"}
+    hashed = {**own, "BASE_IMAGE": base.content_hash or base.reference}
+    try:
+        digest = buildcontext.content_hash(dockerfile, [project.path], hashed, platform)
+    except LaunchError as exc:
+        raise LaunchError(f"the image of project {str(project.path)!r}: {exc}") from None
+    ref = tagged(f"{project.name}/surreal-kube-{base.key}", digest, registry)
+    build_args = (*sorted(own.items()), ("BASE_IMAGE", base.reference))
+    return ImagePlan(
+        base.key,
+        ref,
+        "missing",
+        base.build,
+        dockerfile,
+        (project.path,),
+        digest,
+        build_args,
+        platform,
+        base,
+    )
 
 
 def plan_offline(
@@ -131,13 +269,21 @@ def plan_offline(
     registry: str | None = None,
     base_dir: str | Path | None = None,
     build_args: Mapping[str, str] | None = None,
+    platform: str | None = None,
+    project: bool = True,
 ) -> list[ImagePlan]:
     """Plans with exact references, from the files alone (status `prebuilt` or `missing`).
 
-    Paths in `spec.images.*.build` are relative to `base_dir` (default: the current directory).
+    Paths in `spec.images.*.build` are relative to `base_dir` (default: the current directory),
+    `@surreal-kube/...` to the installed package (module docstring). registry None:
+    `default_registry()`; platform None: `default_platform()`. With `project` and a user project
+    in `base_dir`, every image built from our Dockerfiles becomes that project's image on top.
     """
     base = Path(base_dir) if base_dir is not None else Path.cwd()
-    args = tuple(sorted((build_args or {}).items()))
+    registry = registry if registry is not None else default_registry()
+    platform = check_platform(platform) if platform is not None else default_platform()
+    given = dict(build_args or {})
+    users = user_project(base) if project else None
     plans = []
     for key in sorted(keys) if keys is not None else sorted(exp.spec.images):
         spec = exp.spec.images.get(key)
@@ -149,17 +295,32 @@ def plan_offline(
         assert spec.build is not None
         dockerfile = _resolve(base, spec.build.dockerfile)
         contexts = tuple(_resolve(base, c) for c in spec.build.context)
-        hashed = {k: v for k, v in args if k not in TRANSPORT_ARGS}
         try:
-            digest = buildcontext.content_hash(dockerfile, contexts, hashed)
-        except LaunchError as exc:
+            declared = declared_args(dockerfile)
+            args = {k: v for k, v in given.items() if k in declared}
+            hashed = {k: v for k, v in args.items() if k not in TRANSPORT_ARGS}
+            digest = buildcontext.content_hash(dockerfile, contexts, hashed, platform)
+        except (LaunchError, OSError) as exc:
             raise LaunchError(
                 f"spec.images.{key}: cannot compute the image tag: {exc} (paths are relative to "
-                f"{str(base)!r}); run from the project checkout, or name a prebuilt image "
-                f"with --set spec.images.{key}.image=REF"
+                f"{str(base)!r}, {PACKAGE_ROOT} is {str(package_root())!r}); name a prebuilt "
+                f"image with --set spec.images.{key}.image=REF"
             ) from None
         ref = tagged(spec.build.repository, digest, registry)
-        plans.append(ImagePlan(key, ref, "missing", spec.build, dockerfile, contexts, digest, args))
+        plan = ImagePlan(
+            key,
+            ref,
+            "missing",
+            spec.build,
+            dockerfile,
+            contexts,
+            digest,
+            tuple(sorted(args.items())),
+            platform,
+        )
+        if users is not None and spec.build.dockerfile.startswith(PACKAGE_ROOT + "/"):
+            plan = _user_plan(plan, users, given, registry, platform)
+        plans.append(plan)
     return plans
 
 
@@ -235,17 +396,30 @@ def plan_images(
     push: bool = False,
     base_dir: str | Path | None = None,
     build_args: Mapping[str, str] | None = None,
+    platform: str | None = None,
+    project: bool = True,
 ) -> list[ImagePlan]:
     """Plans with their status: `present` if the engine (or, when pushing, the registry) has the
-    exact tag already, else `missing`; prebuilt images are used as they are."""
+    exact tag already, else `missing`; prebuilt images are used as they are. A user image's
+    runtime image (`base`) is looked for in the engine: it is built there, under the user's."""
+    registry = registry if registry is not None else default_registry()
     if push and not registry:
         raise LaunchError(
-            "--push needs a registry: set `registry:` in the cluster profile (--profile FILE)"
+            "--push needs a registry: set `registry:` in the cluster profile (--profile FILE) "
+            "or SURREAL_KUBE_REGISTRY"
         )
     out = []
     for plan in plan_offline(
-        exp, keys=keys, registry=registry, base_dir=base_dir, build_args=build_args
+        exp,
+        keys=keys,
+        registry=registry,
+        base_dir=base_dir,
+        build_args=build_args,
+        platform=platform,
+        project=project,
     ):
+        if plan.base is not None and exists_locally(client, plan.base.reference):
+            plan = replace(plan, base=replace(plan.base, status="present"))
         if plan.status == "missing":
             have = (
                 exists_in_registry(client, plan.reference)
@@ -270,13 +444,17 @@ def build_images(
 
     With a `wheelhouse`, a plan whose Dockerfile has pinned requirements beside it
     (`requirements_of`) installs them from wheels the host downloaded once (`with_wheels`), so
-    no build downloads a package twice and none needs an index from inside the engine.
+    no build downloads a package twice and none needs an index from inside the engine. A user
+    image's missing runtime image is built first (and not pushed: the user's image holds it).
     """
     say = progress or (lambda _line: None)
     out = []
     for plan in plans:
         if plan.status == "missing":
             if not (push and exists_locally(client, plan.reference)):
+                if plan.base is not None and plan.base.status == "missing":
+                    build_one(with_wheels(plan.base, client, wheelhouse, say), client, say)
+                    plan = replace(plan, base=replace(plan.base, status="built"))
                 build_one(with_wheels(plan, client, wheelhouse, say), client, say)
             plan = replace(plan, status="built")
             if push:
@@ -291,7 +469,7 @@ def build_one(plan: ImagePlan, client: Any, say: Progress) -> None:
     from docker.errors import APIError
 
     assert plan.dockerfile is not None and plan.content_hash is not None
-    say(f"building {plan.reference} ({plan.dockerfile})")
+    say(f"building {plan.reference} ({plan.dockerfile}, {plan.platform})")
     with tempfile.TemporaryFile() as tar:
         buildcontext.write_tar(plan.dockerfile, plan.contexts, tar)
         tar.seek(0)
@@ -301,6 +479,7 @@ def build_one(plan: ImagePlan, client: Any, say: Progress) -> None:
                 custom_context=True,
                 dockerfile=buildcontext.DOCKERFILE_IN_CONTEXT,
                 tag=plan.reference,
+                platform=plan.platform,
                 # RUN steps (apt-get) reach package mirrors through the host's network: no
                 # bridge to set up in the engine, and nothing of it reaches the image.
                 network_mode="host",
@@ -429,12 +608,16 @@ def _wheels_in(wheelhouse: Path, pins: Mapping[str, str]) -> dict[str, list[Path
 
 
 def fill_wheelhouse(
-    requirements: Path, wheelhouse: Path, progress: Progress | None = None
+    requirements: Path,
+    wheelhouse: Path,
+    progress: Progress | None = None,
+    platform: str = DEFAULT_PLATFORM,
 ) -> list[Path]:
     """The wheel files of every pin, downloading only those the wheelhouse lacks.
 
     The download is the host's `pip download` with pip's own configuration (index, certificates,
-    proxies), for the image's platform (`pip_target`); a warm wheelhouse never runs pip.
+    proxies), for the image's platform (`pip_target`), whatever the host runs; a warm wheelhouse
+    never runs pip.
     """
     say = progress or (lambda _line: None)
     pins = read_pins(requirements)
@@ -450,7 +633,7 @@ def fill_wheelhouse(
             "download",
             "--no-deps",
             "--disable-pip-version-check",
-            *pip_target(os.uname().machine),  # the engine builds for this machine
+            *pip_target(pip_machine(platform)),  # the image's platform, not the host's
             "--dest",
             str(wheelhouse),
             *(f"{name}=={pins[name]}" for name in missing),
@@ -464,6 +647,12 @@ def fill_wheelhouse(
         if still:
             raise LaunchError(f"pip download left no wheel in {wheelhouse} for: {', '.join(still)}")
     return sorted(p for paths in found.values() for p in paths)
+
+
+def pip_machine(platform: str) -> str:
+    """linux/amd64 -> x86_64, linux/arm64 -> aarch64: the machine in wheel platform tags."""
+    arch = platform.split("/")[1]
+    return _PIP_MACHINE.get(arch, arch)
 
 
 def wheels_image(files: Sequence[Path], client: Any, progress: Progress | None = None) -> str:
@@ -504,7 +693,7 @@ def with_wheels(
     requirements = requirements_of(plan.dockerfile)
     if requirements is None:
         return plan
-    files = fill_wheelhouse(requirements, wheelhouse.expanduser(), progress)
+    files = fill_wheelhouse(requirements, wheelhouse.expanduser(), progress, plan.platform)
     ref = wheels_image(files, client, progress)
     return replace(plan, build_args=(*plan.build_args, ("WHEELS_IMAGE", ref)))
 
@@ -566,14 +755,6 @@ def check_containerd(address: str, ctr: str) -> str:
     return path
 
 
-def _platform() -> str:
-    import platform
-
-    machine = platform.machine().lower()
-    arch = {"x86_64": "amd64", "amd64": "amd64", "aarch64": "arm64", "arm64": "arm64"}
-    return f"linux/{arch.get(machine, machine)}"
-
-
 def load_into_containerd(
     plans: Sequence[ImagePlan],
     client: Any,
@@ -623,7 +804,7 @@ def load_into_containerd(
             say(f"{full} is in containerd already (same content-hash tag)")
         else:
             say(f"loading {plan.reference} into containerd {address} ({namespace}) as {full}")
-            _import(client, plan.reference, full, [*base, "images", "import"])
+            _import(client, plan.reference, full, [*base, "images", "import"], plan.platform)
         sent[image_id] = full
         if full not in names():
             raise LaunchError(f"loading {plan.reference} left no image {full} in containerd")
@@ -631,7 +812,7 @@ def load_into_containerd(
     return out
 
 
-def _import(client: Any, reference: str, full: str, ctr_import: list[str]) -> None:
+def _import(client: Any, reference: str, full: str, ctr_import: list[str], platform: str) -> None:
     """Stream the engine's docker-archive of `reference`, named `full`, into `ctr import`."""
     from docker.errors import APIError
 
@@ -644,8 +825,8 @@ def _import(client: Any, reference: str, full: str, ctr_import: list[str]) -> No
     with tempfile.TemporaryFile() as err:
         proc = subprocess.Popen(
             # --local: the client unpacks for the CRI's snapshotter (containerd 2's transfer
-            # service does not read a stream); one platform, the engine's.
-            [*ctr_import, "--local", "--platform", _platform(), "-"],
+            # service does not read a stream); one platform, the image's.
+            [*ctr_import, "--local", "--platform", platform, "-"],
             stdin=subprocess.PIPE,
             stdout=subprocess.DEVNULL,
             stderr=err,

@@ -80,14 +80,18 @@ def test_contexts_merge_later_wins_and_tar_is_deterministic(tmp_path: Path) -> N
     assert "notes.log" not in names and "b.txt" in names
 
 
+CPU_DOCKERFILE = ROOT / "surreal_kube" / "dockerfiles" / "runtime-cpu.Dockerfile"
+
+
 def test_default_runtime_context_is_only_the_package() -> None:
-    entries = buildcontext.collect(ROOT / "dockerfiles" / "runtime-cpu.Dockerfile", [ROOT])
+    entries = buildcontext.collect(CPU_DOCKERFILE, [ROOT])
     tops = {e.arcname.split("/")[0] for e in entries}
-    assert tops == {"pyproject.toml", "README.md", "surreal_kube", "dockerfiles"}
-    # of dockerfiles/, only the pinned requirements the image installs
-    assert [e.arcname for e in entries if e.arcname.startswith("dockerfiles")] == [
-        "dockerfiles/runtime-cpu.requirements.txt"
-    ]
+    assert tops == {"surreal_kube"}  # the pinned requirements and the recipe are inside it
+    names = {e.arcname for e in entries}
+    assert {
+        "surreal_kube/dockerfiles/runtime-cpu.requirements.txt",
+        "surreal_kube/dockerfiles/package.pyproject.toml",
+    } <= names
     assert not [e for e in entries if "__pycache__" in e.arcname or e.arcname.endswith(".pyc")]
 
 
@@ -99,21 +103,28 @@ def test_planned_references_are_exact_tags() -> None:
     assert refs["gpu"] == "nvcr.io/team/rl:2.1"
     repo, tag = split_reference(refs["cpu"])
     assert repo == "europe-docker.pkg.dev/p/r/surreal-kube/runtime-cpu" and len(tag) == 16
-    digest = buildcontext.content_hash(ROOT / "dockerfiles" / "runtime-cpu.Dockerfile", [ROOT])
+    digest = buildcontext.content_hash(CPU_DOCKERFILE, [ROOT], platform="linux/amd64")
     assert tag == digest[:16]
     assert planned_references(exp, base_dir=ROOT, registry="europe-docker.pkg.dev/p/r") == refs
 
 
 def test_missing_dockerfile_says_how_to_fix(tmp_path: Path) -> None:
-    exp = resolve_experiment("exp-i")
+    exp = resolve_experiment("exp-i", sets=["images.cpu.build.dockerfile=docker/x.Dockerfile"])
     with pytest.raises(LaunchError) as err:
         plan_offline(exp, keys=["cpu"], base_dir=tmp_path)
     assert str(err.value) == (
         f"spec.images.cpu: cannot compute the image tag: Dockerfile "
-        f"'{tmp_path}/dockerfiles/runtime-cpu.Dockerfile' does not exist (paths are relative to "
-        f"'{tmp_path}'); run from the project checkout, or name a prebuilt image with --set "
+        f"'{tmp_path}/docker/x.Dockerfile' does not exist (paths are relative to "
+        f"'{tmp_path}', @surreal-kube is '{ROOT}'); name a prebuilt image with --set "
         f"spec.images.cpu.image=REF"
     )
+
+
+def test_the_default_images_need_no_checkout(tmp_path: Path) -> None:
+    """Anywhere (not a checkout, not a project): the packaged Dockerfiles, the same tags."""
+    exp = resolve_experiment("exp-i")
+    here = planned_references(exp, base_dir=ROOT)
+    assert planned_references(exp, base_dir=tmp_path) == here
 
 
 def test_reference_helpers() -> None:

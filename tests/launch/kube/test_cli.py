@@ -126,8 +126,13 @@ def test_render_usage_errors() -> None:
     assert res.returncode == 2 and "--output 'xml': unknown format" in res.stderr
 
 
-def test_render_outside_the_checkout_explains_the_image_tag(tmp_path: Path) -> None:
-    res = cli("render", "exp", cwd=tmp_path)
+def test_render_outside_the_checkout_uses_the_packaged_dockerfiles(tmp_path: Path) -> None:
+    """Issue 12 item 9: the Dockerfiles ship in the package; the tag is the checkout's."""
+    here = cli("render", "exp", "-o", "json")
+    there = cli("render", "exp", "-o", "json", cwd=tmp_path)
+    assert there.returncode == 0, there.stderr
+    assert there.stdout == here.stdout
+    res = cli("render", "exp", "--set", "images.cpu.build.dockerfile=x.Dockerfile", cwd=tmp_path)
     assert res.returncode == 1
     assert res.stderr.startswith("error: spec.images.cpu: cannot compute the image tag: Dockerfile")
     assert "--set spec.images.cpu.image=REF" in res.stderr

@@ -42,15 +42,27 @@ def engine() -> Iterator[Engine]:
 
 
 def project_copy(dest: Path) -> Path:
-    """The files the runtime images are built from, in a folder the test may change."""
+    """The files the runtime images are built from (the package: its Dockerfiles are inside), in
+    a folder the test may change; build from it with `snapshot_sets` and base_dir=`dest`."""
     dest.mkdir(parents=True)
-    for name in ("pyproject.toml", "README.md"):
-        shutil.copy(ROOT / name, dest / name)
     shutil.copytree(
         ROOT / "surreal_kube", dest / "surreal_kube", ignore=shutil.ignore_patterns("__pycache__")
     )
-    shutil.copytree(ROOT / "dockerfiles", dest / "dockerfiles")
     return dest
+
+
+def snapshot_sets(*keys: str) -> list[str]:
+    """`--set`s that build the default images from a `project_copy` (paths relative to it)
+    instead of the installed package: the same files give the same tags."""
+    files = {"cpu": "runtime-cpu.Dockerfile", "gpu": "runtime-cuda.Dockerfile"}
+    return [
+        s
+        for key in keys
+        for s in (
+            f"images.{key}.build.dockerfile=surreal_kube/dockerfiles/{files[key]}",
+            f"images.{key}.build.context=[.]",
+        )
+    ]
 
 
 def test_unchanged_is_kept_changed_is_rebuilt_and_the_image_runs(
@@ -63,10 +75,10 @@ def test_unchanged_is_kept_changed_is_rebuilt_and_the_image_runs(
     exp = resolve_experiment(
         "exp-img",
         sets=[
-            f"images.cpu.build.dockerfile={cpu_dir}/dockerfiles/runtime-cpu.Dockerfile",
+            f"images.cpu.build.dockerfile={cpu_dir}/surreal_kube/dockerfiles/runtime-cpu.Dockerfile",
             f"images.cpu.build.context=[{cpu_dir}]",
             f"images.cpu.build.repository={repos['cpu']}",
-            f"images.gpu.build.dockerfile={gpu_dir}/dockerfiles/runtime-cuda.Dockerfile",
+            f"images.gpu.build.dockerfile={gpu_dir}/surreal_kube/dockerfiles/runtime-cuda.Dockerfile",
             f"images.gpu.build.context=[{gpu_dir}]",
             f"images.gpu.build.repository={repos['gpu']}",
             "resources.learner.gpu=1",

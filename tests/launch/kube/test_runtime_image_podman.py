@@ -19,7 +19,7 @@ import pytest
 from surreal_kube.experiment.resolve import resolve_experiment
 from surreal_kube.launch.kube import images
 from tests.launch.kube.engine import BASE_IMAGE, Engine, missing_tools, podman_engine
-from tests.launch.kube.test_images_podman import project_copy
+from tests.launch.kube.test_images_podman import project_copy, snapshot_sets
 
 pytestmark = [pytest.mark.podman, pytest.mark.slow, pytest.mark.timeout(3600)]
 
@@ -50,7 +50,7 @@ def runtime_image(engine: Engine, project: Path) -> str:
 
 def build_runtime_cpu(engine_url: str, project: Path) -> str:
     """Build (or find) the runtime-cpu image of `project`; returns its exact reference."""
-    exp = resolve_experiment("exp-img")
+    exp = resolve_experiment("exp-img", sets=snapshot_sets("cpu"))
     client = images.docker_client(engine_url)
     plans = images.plan_images(
         exp, client=client, keys=["cpu"], base_dir=project, build_args=BUILD_ARGS
@@ -75,7 +75,7 @@ def test_the_image_is_tagged_by_content_and_not_rebuilt(
     engine: Engine, runtime_image: str, project: Path
 ) -> None:
     built: list[str] = []
-    exp = resolve_experiment("exp-img")
+    exp = resolve_experiment("exp-img", sets=snapshot_sets("cpu"))
     client = images.docker_client(engine.url)
     again = images.plan_images(
         exp, client=client, keys=["cpu"], base_dir=project, build_args=BUILD_ARGS

@@ -22,8 +22,8 @@ from surreal_kube.experiment.resolve import resolve_experiment
 from surreal_kube.launch.kube import images
 
 ROOT = Path(__file__).resolve().parents[3]
-CPU_DOCKERFILE = ROOT / "dockerfiles" / "runtime-cpu.Dockerfile"
-LOCK = ROOT / "dockerfiles" / "runtime-cpu.requirements.txt"
+CPU_DOCKERFILE = ROOT / "surreal_kube" / "dockerfiles" / "runtime-cpu.Dockerfile"
+LOCK = ROOT / "surreal_kube" / "dockerfiles" / "runtime-cpu.requirements.txt"
 
 
 def cli(*args: str) -> subprocess.CompletedProcess[str]:

@@ -2,11 +2,21 @@
 # The CUDA runtime image: the same roles, with the CUDA build of torch for pods holding GPUs.
 #
 # The torch wheels on PyPI bundle the CUDA runtime libraries (nvidia-* wheels), so the base is a
-# plain Python image; the node's driver comes in through the NVIDIA container toolkit, which reads
-# NVIDIA_VISIBLE_DEVICES / NVIDIA_DRIVER_CAPABILITIES (graphics: EGL for MuJoCo rendering).
+# plain Python image; the node's driver (libcuda.so.1, libnvidia-*) comes from the node:
+# - GKE's device plugin mounts the driver at /usr/local/nvidia (lib64, bin) in every container that
+#   asks for nvidia.com/gpu and sets nothing else up, so LD_LIBRARY_PATH must name
+#   /usr/local/nvidia/lib64 or `import torch` finds no driver (torch.cuda.is_available() False).
+# - The NVIDIA container toolkit (kind, k3s, on-premises) injects the driver into /usr/lib and
+#   reads NVIDIA_DRIVER_CAPABILITIES (graphics: EGL for MuJoCo rendering) from the image.
+# NVIDIA_VISIBLE_DEVICES is not set here: the device plugin sets it to the GPUs a pod was given;
+# `all` baked into the image would hand every GPU of the node to any pod of this image that runs
+# there without asking for one (a CPU component placed on a GPU node).
+# tests/launch/kube/test_images.py reads these ENV lines (a CUDA build is too heavy for the tests).
 #
-# Context: the repository root; runtime-cuda.Dockerfile.dockerignore keeps it to the package.
-#   docker build -f dockerfiles/runtime-cuda.Dockerfile -t surreal-kube/runtime-cuda:dev .
+# Context: the folder that holds the `surreal_kube` package (as for runtime-cpu.Dockerfile);
+# runtime-cuda.Dockerfile.dockerignore keeps it to the package. By hand, from a checkout:
+#   docker build --platform linux/amd64 -f surreal_kube/dockerfiles/runtime-cuda.Dockerfile \
+#     -t surreal-kube/runtime-cuda:dev .
 #
 # Build arguments (defaults are for real use; the offline tests override them):
 #   PYTHON_IMAGE  a Debian-based image with python3.11 and its venv module
@@ -20,8 +30,8 @@ ARG PIP_ARGS=""
 ARG VENV_ARGS=""
 ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1 PYTHONDONTWRITEBYTECODE=1
 RUN python3 -m venv ${VENV_ARGS} /opt/surreal
-COPY pyproject.toml README.md /src/
 COPY surreal_kube /src/surreal_kube
+COPY surreal_kube/dockerfiles/package.pyproject.toml /src/pyproject.toml
 RUN /opt/surreal/bin/pip install ${PIP_ARGS} /src && rm -rf /src
 
 FROM ${PYTHON_IMAGE}
@@ -35,14 +45,14 @@ RUN if [ -n "${APT_PACKAGES}" ]; then \
          --shell /usr/sbin/nologin surreal
 COPY --from=build /opt/surreal /opt/surreal
 # The pods run with a read-only root filesystem and a writable /tmp: every cache goes there.
-ENV PATH=/opt/surreal/bin:${PATH} \
+ENV PATH=/opt/surreal/bin:/usr/local/nvidia/bin:${PATH} \
     PYTHONUNBUFFERED=1 \
     PYTHONDONTWRITEBYTECODE=1 \
     HOME=/tmp \
     MPLCONFIGDIR=/tmp/matplotlib \
     MUJOCO_GL=egl \
     PYOPENGL_PLATFORM=egl \
-    NVIDIA_VISIBLE_DEVICES=all \
+    LD_LIBRARY_PATH=/usr/local/nvidia/lib64:/usr/local/nvidia/lib \
     NVIDIA_DRIVER_CAPABILITIES=compute,utility,graphics
 USER 10001:10001
 WORKDIR /tmp

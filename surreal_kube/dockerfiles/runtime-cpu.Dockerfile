@@ -2,10 +2,14 @@
 # The CPU runtime image: every role of an experiment (`surreal-kube-role <role>`) and the operator
 # (`python -m surreal_kube.operator`), with torch on the CPU.
 #
-# Context: the repository root; runtime-cpu.Dockerfile.dockerignore (next to this file) keeps it
-# to what `pip install` needs. `surreal-kube build NAME` tags it by the content hash of this file
-# and that context. By hand:
-#   docker build -f dockerfiles/runtime-cpu.Dockerfile -t surreal-kube/runtime-cpu:dev .
+# Context: the folder that holds the `surreal_kube` package (a checkout's root, or the
+# site-packages of a pip install: this file ships inside the package, so `surreal-kube build`
+# works wherever surreal-kube is installed); runtime-cpu.Dockerfile.dockerignore (next to this
+# file) keeps it to the package. The package is installed with package.pyproject.toml as its build
+# recipe. `surreal-kube build NAME` tags the image by the content hash of this file, that context
+# and the platform (linux/amd64 by default). By hand, from a checkout:
+#   docker build --platform linux/amd64 -f surreal_kube/dockerfiles/runtime-cpu.Dockerfile \
+#     -t surreal-kube/runtime-cpu:dev .
 #
 # Packages: runtime-cpu.requirements.txt pins every one (--no-deps), so the image holds exactly
 # the closure of the project's dependencies minus what a CPU process never loads.
@@ -54,7 +58,7 @@ libcufft.so.12 libcufile.so.0 libcusparse.so.12 libcusparseLt.so.0 libnccl.so.2 
 libnvshmem_host.so.3 libcudnn.so.9"
 ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1 PYTHONDONTWRITEBYTECODE=1
 RUN python3 -m venv ${VENV_ARGS} /opt/surreal
-COPY dockerfiles/runtime-cpu.requirements.txt /src/requirements.txt
+COPY surreal_kube/dockerfiles/runtime-cpu.requirements.txt /src/requirements.txt
 RUN --mount=type=bind,from=wheels,target=/wheels \
     set -e; \
     if [ "${REQUIREMENTS}" = 1 ]; then \
@@ -84,8 +88,8 @@ RUN if [ -n "${APT_PACKAGES}" ]; then \
     && useradd --uid 10001 --user-group --no-create-home --home-dir /tmp \
          --shell /usr/sbin/nologin surreal
 COPY --from=deps /opt/surreal /opt/surreal
-COPY pyproject.toml README.md /src/
 COPY surreal_kube /src/surreal_kube
+COPY surreal_kube/dockerfiles/package.pyproject.toml /src/pyproject.toml
 RUN /opt/surreal/bin/pip install --no-cache-dir --disable-pip-version-check --no-index \
       --no-deps --no-build-isolation ${PIP_ARGS} /src \
     && rm -rf /src
