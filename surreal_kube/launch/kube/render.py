@@ -21,6 +21,7 @@ byte-identical YAML (`dump_objects`). Templates use StrictUndefined, so a missin
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Mapping
 from functools import lru_cache
 from typing import Any
@@ -62,6 +63,24 @@ SAFE_TO_EVICT_ANNOTATION = "cluster-autoscaler.kubernetes.io/safe-to-evict"
 PINNED_COMPONENTS = ("learner", "replay")
 """Pods the cluster autoscaler must not evict to shrink a node: the learner loses every
 update since its last checkpoint, a replay shard the experience it holds; agent pods move freely."""
+HEARTBEAT_ENV = "SURREAL_HEARTBEAT_FILE"
+"""Where a role with a liveness probe touches its heartbeat (runtime.lifecycle.Heartbeat)."""
+LIVENESS_ROLES = ("learner",)
+"""Roles with a liveness probe: the learner, whose loop can hang inside an update (a deadlocked
+BLAS pool, a stuck device, a checkpoint write on a dead share) while its process and sockets look
+fine. Brokers and shards only poll sockets; agents restart on their own errors."""
+HEARTBEAT_FLOOR_SECONDS = 300
+"""The least bound on a heartbeat's age: a checkpoint write to slow network storage, the first
+update's allocations, a node thrashing, all inside one turn of the loop."""
+HEARTBEAT_MARGIN = 10
+SLOW_SECONDS_PER_ITEM = {"ppo": 80e-6, "ddpg": 1e-3}
+"""Seconds per learner pass over one item (PPO: one step of a sub-trajectory per epoch; DDPG: one
+transition per update), measured with bench/learning.py's synthetic batches on one thread of a
+2-core machine at a load average of 39: PPO 2.5 s per update of 64 x 25 steps x 20 epochs, 14 s
+for 512; DDPG 0.54 s for 512 transitions, 1.6 s for 4096."""
+STARTUP_PROBE_SECONDS = 600
+"""How long a learner may take to its first heartbeat: torch's import and the model, a checkpoint
+restore from the volume, on a busy node (the startup probe; liveness counts only after it)."""
 THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
 """Set from each container's CPU limit: torch and BLAS otherwise size their pools to the node's
 cores, and a 1-CPU container running 32 threads is throttled into a crawl."""
@@ -283,6 +302,38 @@ def threads_for(millicpu: int) -> int:
     return max(1, millicpu // 1000)
 
 
+def heartbeat_max_age(exp: Experiment) -> int:
+    """Seconds without a heartbeat after which the learner is taken as hung.
+
+    Derived from the slowest update the spec can ask for: its items times the slow per-item time
+    measured (SLOW_SECONDS_PER_ITEM), times HEARTBEAT_MARGIN, never under
+    HEARTBEAT_FLOOR_SECONDS. Waiting for data is not hung: the loop beats between its polls.
+    """
+    alg = exp.spec.algorithm
+    if alg.name == "ppo":
+        items = alg.batch_size * alg.horizon * (alg.epochs_policy + alg.epochs_baseline)
+    else:
+        items = alg.batch_size
+    slow = items * SLOW_SECONDS_PER_ITEM.get(alg.name, max(SLOW_SECONDS_PER_ITEM.values()))
+    return max(HEARTBEAT_FLOOR_SECONDS, math.ceil(HEARTBEAT_MARGIN * slow))
+
+
+def liveness_probe(exp: Experiment, process: str) -> dict[str, Any]:
+    """The exec command and timings of a role's startup and liveness probes (see the template)."""
+    path = f"/tmp/{process}.heartbeat"  # /tmp is the pod's emptyDir
+    max_age = heartbeat_max_age(exp)
+    command = ["python", "-m", "surreal_kube.runtime.lifecycle", "heartbeat", path]
+    return {
+        "file": path,
+        "command": [*command, "--max-age", str(max_age)],
+        "timeout": 10,  # an interpreter's start on a loaded node; the default 1 s is too short
+        "period": 30,
+        "failures": 2,  # restarted between max_age + 30 and max_age + 60 s after the last beat
+        "startup_period": 10,
+        "startup_failures": STARTUP_PROBE_SECONDS // 10,
+    }
+
+
 class _Context:
     """Computes the values of every template from the topology (one place, no duplicates)."""
 
@@ -454,6 +505,11 @@ class _Context:
                 {"name": "SURREAL_PROGRESS_CONFIGMAP", "value": naming.progress_name(self.name)}
             )
             entries.append({"name": "SURREAL_REPORTER_DIR", "value": REPORTER_DIR})
+        liveness = (
+            liveness_probe(self.exp, process.name) if process.role in LIVENESS_ROLES else None
+        )
+        if liveness:
+            entries.append({"name": HEARTBEAT_ENV, "value": liveness["file"]})
         exposed = [e for e in process.binds if endpoint_spec(e).scope == "cluster"]
         ports = self._ports(tuple(exposed))
         probe = None
@@ -466,6 +522,7 @@ class _Context:
             "env": entries,
             "ports": ports,
             "probe": probe,
+            "liveness": liveness,
             "cpu": format_cpu(millicpu),
             "memory": format_memory(memory),
             "gpus": gpus.limit,
