@@ -1,4 +1,11 @@
-"""`surreal-kube build`: build (and push) the images an experiment runs that do not exist yet."""
+"""`surreal-kube build`: build (and push) the images an experiment runs that do not exist yet.
+
+Run in a user's project folder, it builds the project's image on top of the runtime image
+(`launch/kube/images.py`, `user_project`), the image `create` and `render` run in the same folder
+then name: one content hash, no flag to repeat. The registry and the platform come from the same
+place for every verb (the profile's `registry`, else $SURREAL_KUBE_REGISTRY; --platform, else
+$SURREAL_KUBE_PLATFORM, else linux/amd64).
+"""
 
 from __future__ import annotations
 
@@ -102,7 +109,18 @@ def build(
         Path | None,
         typer.Option(
             "--context-dir",
-            help="Folder the spec's Dockerfile and context paths are relative to (default: .).",
+            help="Folder the spec's Dockerfile and context paths are relative to, and where a "
+            "project of yours is looked for (default: .).",
+            show_default=False,
+        ),
+    ] = None,
+    platform: Annotated[
+        str | None,
+        typer.Option(
+            "--platform",
+            envvar="SURREAL_KUBE_PLATFORM",
+            help="Platform to build for, part of the tag (default: linux/amd64; set "
+            "SURREAL_KUBE_PLATFORM for create and render to agree).",
             show_default=False,
         ),
     ] = None,
@@ -111,7 +129,13 @@ def build(
 
     An unchanged image keeps its tag and is not rebuilt; prebuilt images are used as they are.
 
-    Prints one line per image: key, exact reference, status.
+    In a folder with your project (a pyproject.toml, or a requirements.txt, and your package),
+    the images are your project on top of surreal-kube's runtime image: your requirements and
+    package installed, so that `--env gym:mypkg.envs:MyEnv-v0` runs in the pods. `create` and
+    `render` from the same folder use that image.
+
+    Prints one line per image: key, exact reference, status (a project's runtime image as
+    `<key>-runtime`).
 
     The packages pinned beside a Dockerfile (`runtime-cpu.requirements.txt`) come from a
     wheelhouse on this machine, downloaded once by this machine's pip. The CPU image is also
@@ -124,6 +148,8 @@ def build(
       surreal-kube build exp-ppo-ant --load --containerd-address /run/containerd/containerd.sock
 
       surreal-kube build exp-ppo-ant --push --profile gke.yaml
+
+      cd ~/my-project && surreal-kube build exp-mine --env gym:mypkg.envs:MyEnv-v0
     """
     from surreal_kube.launch.kube import images as planner
     from surreal_kube.launch.kube.profile import load_profile
@@ -131,7 +157,7 @@ def build(
 
     exp = so.resolve_from_cli(name, files, algorithm, env, num_agents, num_evals, agent_batch, sets)
     cluster = load_profile(profile) if profile is not None else None
-    registry = cluster.registry if cluster else None
+    registry = cluster.registry if cluster else None  # None: the planner's default_registry()
     if push and kind:
         raise SpecError("--push and --kind-load exclude each other: push to a registry or load")
     if load and (push or kind):
@@ -150,6 +176,7 @@ def build(
         push=push,
         base_dir=context_dir,
         build_args=parse_build_args(build_args),
+        platform=platform,
     )
     if not dry_run:
         house = None if no_wheelhouse else (wheelhouse or planner.default_wheelhouse())
@@ -161,9 +188,14 @@ def build(
             plans = planner.load_into_containerd(
                 plans, client, address=containerd_address, ctr=ctr, progress=info
             )
-        if not push and not kind and registry is None:
-            info("note: no registry in the profile: the images exist in this engine only")
-    result("".join(f"{p.key}\t{p.reference}\t{p.status}\n" for p in plans))
+        if not push and not kind and registry is None and planner.default_registry() is None:
+            info(
+                "note: no registry (profile or SURREAL_KUBE_REGISTRY): the images exist in this "
+                "engine only"
+            )
+    rows = [(p.key, p.reference, p.status) for p in plans]
+    rows += [(f"{p.key}-runtime", p.base.reference, p.base.status) for p in plans if p.base]
+    result("".join(f"{key}\t{ref}\t{status}\n" for key, ref, status in rows))
 
 
 def _operator_image(plans: list[ImagePlan], client: Any, *, push: bool) -> list[ImagePlan]:
@@ -174,6 +206,8 @@ def _operator_image(plans: list[ImagePlan], client: Any, *, push: bool) -> list[
     from surreal_kube.launch.kube import images as planner
 
     cpu = next((p for p in plans if p.key == "cpu" and p.status != "prebuilt"), None)
+    if cpu is not None and cpu.base is not None:
+        cpu = cpu.base  # a user project's image: the operator runs surreal-kube's own
     if cpu is None or not planner.exists_locally(client, cpu.reference):
         return []  # prebuilt, or only in the registry: nothing here to tag
     tagged = replace(planner.release_tag(cpu, client, version("surreal-kube")), status=cpu.status)
