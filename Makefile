@@ -10,9 +10,10 @@ STAMP := $(VENV)/.installed
 # Debian packages the tests need: MuJoCo's offscreen EGL renderer (video recording) and podman
 # serving the Docker API (image builds), with debootstrap for an offline base image; the real test
 # node's runc, iptables, conntrack, socat and busybox-static (its test image); tmux, the real
-# terminal the CLI's live views are captured in (tests/cli/test_terminal.py).
+# terminal the CLI's live views are captured in (tests/cli/test_terminal.py); chromium, the headless
+# browser that screenshots TensorBoard through the port-forward (tests/e2e).
 DEB_PACKAGES := libegl1 libgl1 podman buildah runc catatonit debootstrap fuse-overlayfs uidmap \
-  iptables conntrack socat busybox-static tmux
+  iptables conntrack socat busybox-static tmux chromium
 RUN_ROOT ?= $(CURDIR)/runs
 PYTEST_ARGS ?=
 
