@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from surreal_kube.experiment import progress
 from surreal_kube.experiment.resolve import resolve_experiment
@@ -272,8 +273,10 @@ def test_spec_edits_are_followed_without_touching_the_learner(
         kube.patch(EXPERIMENT, name, {"spec": {"algorithm": {"lrPolicy": 0.0003}}})
         wait_for(
             "Applied to say the learner restarts",
-            lambda: "restarting learner (algorithm changed); agent (algorithm changed)"
-            in applied_message(kube, name),
+            lambda: (
+                "restarting learner (algorithm changed); agent (algorithm changed)"
+                in applied_message(kube, name)
+            ),
         )
         assert kube.get(DEPLOY, f"{name}-learner")["metadata"]["generation"] > learner_generation
 
@@ -505,3 +508,97 @@ def test_an_experiment_naming_builds_runs_on_the_operators_default_images(
             for c in o["spec"]["template"]["spec"]["containers"]
         }
         assert images == {ref}
+
+
+CLI_PROFILE = """\
+pools:
+  - name: cpu-pool
+    count: 4
+    cpu: "8"
+    memory: 32Gi
+    nodeSelector: {node.kubernetes.io/instance-type: n2-standard-8}
+imagePullSecrets: [cli-secret]
+experimentVolume: {kind: hostPath, path: /srv/cli}
+"""
+OPERATOR_PROFILE = """\
+imagePullSecrets: [operator-secret]
+experimentVolume: {kind: emptyDir}
+"""
+
+
+def volume_kinds(pod: dict[str, Any]) -> dict[str, Any]:
+    """name -> kind of each volume of a pod spec; a hostPath or NFS one with its path."""
+    out = {}
+    for volume in pod.get("volumes") or []:
+        (kind,) = set(volume) - {"name"}
+        out[volume["name"]] = (kind, volume[kind].get("path"))
+    return out
+
+
+def pods_of(kube: Any, name: str) -> list[dict[str, Any]]:
+    return [p for p in objects_of(kube, name, [POD]) if p["status"].get("phase") == "Running"]
+
+
+def test_the_clis_profile_reaches_the_pods_through_the_operator_and_kubectl_gets_the_operators(
+    kube_cluster: Any, kube_namespace: str, kube: Any, tmp_path: Path
+) -> None:
+    ns = kube_namespace
+    (tmp_path / "cli.yaml").write_text(CLI_PROFILE)
+    (tmp_path / "operator.yaml").write_text(OPERATOR_PROFILE)
+    with running_operator(kube_cluster, ns, tmp_path, "--profile", str(tmp_path / "operator.yaml")):
+        # `surreal-kube create --profile`: the Experiment carries the profile, the operator
+        # renders with it (not with its own): volume, pull secrets and pool reach every pod
+        name = "exp-cli-profile"
+        res = sk(
+            kube_cluster, "create", name, "-n", ns, "--profile", str(tmp_path / "cli.yaml"),
+            *IMAGE_ARGS, *TINY,
+        )  # fmt: skip
+        assert res.returncode == 0, res.stderr
+        assert "through the operator" in res.stderr
+        cr = kube.get(EXPERIMENT, name)
+        assert cr["spec"]["profile"]["imagePullSecrets"] == ["cli-secret"]
+        pods = pods_of(kube, name)
+        groups = {p["metadata"]["labels"][naming.GROUP_LABEL] for p in pods}
+        assert {"learner", "agents", "replay", "tensorplex"} <= groups, groups
+        for pod in pods:
+            spec = pod["spec"]
+            assert spec["imagePullSecrets"] == [{"name": "cli-secret"}], pod["metadata"]["name"]
+            assert spec["nodeSelector"] == {"node.kubernetes.io/instance-type": "n2-standard-8"}
+            assert spec["nodeName"].startswith("cpu-pool-")
+        learner = next(p for p in pods if p["metadata"]["labels"][naming.GROUP_LABEL] == "learner")
+        volume = next(v for v in learner["spec"]["volumes"] if v["name"] == "experiment")
+        assert volume["hostPath"]["path"] == f"/srv/cli/{name}"
+        # the same objects as the CLI's dry run prints for that spec and profile
+        dry = sk(
+            kube_cluster, "create", name, "-n", ns, "--profile", str(tmp_path / "cli.yaml"),
+            *IMAGE_ARGS, *TINY, "--dry-run",
+        )  # fmt: skip
+        assert dry.returncode == 0, dry.stderr
+        planned = {
+            f"{o['kind']}/{o['metadata']['name']}": o for o in yaml.safe_load_all(dry.stdout) if o
+        }
+        live = {
+            f"{o['kind']}/{o['metadata']['name']}": o for o in objects_of(kube, name, APPLIED_KINDS)
+        }
+        assert sorted(live) == sorted(planned)
+        for key, obj in planned.items():
+            assert live[key]["metadata"]["labels"] == obj["metadata"]["labels"], key
+            if obj["kind"] == "ConfigMap" and obj.get("data"):
+                assert live[key]["data"] == obj["data"], key  # the spec the roles read
+            if obj["kind"] in ("Deployment", "StatefulSet"):
+                want, got = obj["spec"]["template"], live[key]["spec"]["template"]
+                assert got["metadata"]["annotations"] == want["metadata"]["annotations"], key
+                for field in ("nodeSelector", "imagePullSecrets", "tolerations"):
+                    assert got["spec"].get(field) == want["spec"].get(field), (key, field)
+                # volumes: the same names and kinds (the server adds defaults such as modes)
+                assert volume_kinds(got["spec"]) == volume_kinds(want["spec"]), key
+
+        # kubectl apply of an Experiment without a profile: the operator's own
+        other = "exp-kubectl"
+        create_object(kube, other)
+        wait_for("Running", lambda: running(kube, other))
+        for pod in pods_of(kube, other):
+            assert pod["spec"]["imagePullSecrets"] == [{"name": "operator-secret"}]
+            assert pod["spec"]["nodeSelector"] == {"cloud.google.com/gke-nodepool": "cpu-pool"}
+            volume = next(v for v in pod["spec"]["volumes"] if v["name"] == "experiment")
+            assert volume == {"name": "experiment", "emptyDir": {}}
