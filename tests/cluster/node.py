@@ -212,9 +212,12 @@ class RealNode:
         name: str = NODE_NAME,
         pool: str = NODE_POOL,
         die_with_parent: bool = True,
+        tainted: bool = True,
     ) -> None:
         """die_with_parent: the daemons get SIGKILL when the thread that started them exits
-        (`up` turns it off); the next start's sweep() then removes what they left."""
+        (`up` turns it off); the next start's sweep() then removes what they left.
+        tainted: register with REAL_NODE_TAINT (the default, beside kwok pools); an end-to-end
+        cluster whose only node is this one leaves it untainted, as kind's node is."""
         self.cp = cp
         built = Path(bin_dir) if bin_dir else built_node_bin_dir()
         if built is None:
@@ -224,6 +227,7 @@ class RealNode:
         self.bin_dir = built
         self.name = name
         self.pool = pool
+        self.tainted = tainted
         self.die_with_parent = die_with_parent
         self.slot: Slot | None = None
         self.workdir: Path | None = None
@@ -576,7 +580,7 @@ disabled_plugins = [
             "nodeStatusUpdateFrequency": "5s",
             "syncFrequency": "10s",
             "registerNode": True,
-            "registerWithTaints": [REAL_NODE_TAINT],
+            "registerWithTaints": [REAL_NODE_TAINT] if self.tainted else [],
             "shutdownGracePeriod": "0s",
             "logging": {"verbosity": 1},
         }
