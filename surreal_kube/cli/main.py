@@ -28,6 +28,7 @@ from surreal_kube.cli import (
     exec_cmd,
     lifecycle,
     render_cmd,
+    results_cmd,
     scale_cmd,
     topology_cmd,
 )
@@ -103,6 +104,9 @@ app.command("exec", short_help="Run a command in a process's container on the cl
     exec_cmd.exec_
 )
 app.command(short_help="Change the number of agents of a running experiment.")(scale_cmd.scale)
+app.command(short_help="Fetch a finished run's results (summary, curve, picture).")(
+    results_cmd.results
+)
 
 
 class Terminated(KeyboardInterrupt):

@@ -36,6 +36,13 @@ ITERATIONS_PER_S = "iterations_per_s"
 LAST_RETURN = "last_return"
 """Mean return of the newest evaluation."""
 UPDATED_AT = "updated_at"
+REASON = "reason"
+"""Why the record is in its state, one line (set when the run finished: which budget)."""
+STARTED_AT = "started_at"
+"""Unix time the experiment started, as its first tensorplex saw it: kept across tensorplex
+restarts (read back from the record), it is what `session.maxTimeSeconds` counts from."""
+FINISHED_AT = "finished_at"
+MAX_REASON = 300
 
 STATE_STARTING = "starting"
 """No learner figure received yet."""
@@ -43,7 +50,8 @@ STATE_RUNNING = "running"
 STATE_STOPPED = "stopped"
 """The writer stopped (its pod shut down); the figures are the last ones it saw."""
 STATE_FINISHED = "finished"
-"""The learner finished its budget: the experiment Succeeded."""
+"""The run reached its budget, was evaluated a last time and its results were written: the
+experiment Succeeded (tensorplex then releases its compute, runtime/conductor.py)."""
 STATES = (STATE_STARTING, STATE_RUNNING, STATE_STOPPED, STATE_FINISHED)
 MAX_BYTES = 4096
 """A record larger than this is not a record (the reader ignores it)."""
@@ -60,6 +68,9 @@ class Record:
     iterations_per_s: float | None = None
     last_return: float | None = None
     updated_at: float | None = None
+    reason: str | None = None
+    started_at: float | None = None
+    finished_at: float | None = None
     schema: int = SCHEMA
 
     def to_json(self) -> str:
@@ -81,6 +92,13 @@ def _float(value: Any) -> float | None:
     return float(value) if math.isfinite(value) else None
 
 
+def _text(value: Any) -> str | None:
+    if not isinstance(value, str) or not value.strip():
+        return None
+    line = " ".join(value.split())
+    return line if len(line) <= MAX_REASON else line[: MAX_REASON - 3] + "..."
+
+
 def from_mapping(data: Mapping[str, Any]) -> Record:
     """A record from any mapping with these keys (a progress file, a decoded ConfigMap value);
     values of the wrong type become null."""
@@ -93,6 +111,9 @@ def from_mapping(data: Mapping[str, Any]) -> Record:
         iterations_per_s=_float(data.get(ITERATIONS_PER_S)),
         last_return=_float(data.get(LAST_RETURN)),
         updated_at=_float(data.get(UPDATED_AT)),
+        reason=_text(data.get(REASON)),
+        started_at=_float(data.get(STARTED_AT)),
+        finished_at=_float(data.get(FINISHED_AT)),
     )
 
 

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from surreal_kube.errors import SpecError, SurrealKubeError
+from surreal_kube.experiment.progress import STATE_FINISHED
 from surreal_kube.experiment.spec import Experiment
 from surreal_kube.launch.kube import apply, cluster, naming
 from surreal_kube.launch.kube import progress as kube_progress
@@ -180,9 +181,32 @@ def desired(kube: Kube, obj: Mapping[str, Any], config: Config) -> tuple[Experim
     return plan.exp, plan.objects
 
 
+def released(kube: Kube, obj: Mapping[str, Any], objects: list[dict]) -> list[dict]:
+    """The objects with every workload at 0 replicas when the run finished.
+
+    tensorplex scaled them to 0 at the end of the run (runtime/conductor.py); applying the spec's
+    replica counts again (an operator restart resumes every experiment, a spec edit, a resync
+    recreating a deleted workload) would start a finished run's pods once more. Re-rendering
+    with 0 replicas, rather than skipping the workloads, keeps them converged to the spec in
+    everything else and recreates a deleted one at 0.
+    """
+    meta = obj["metadata"]
+    done = (obj.get("status") or {}).get("phase") == "Succeeded"
+    if not done:
+        record = kube_progress.read(kube, meta["name"], meta["namespace"])
+        done = record is not None and record.state == STATE_FINISHED
+    if not done:
+        return objects
+    for o in objects:
+        if o["kind"] in ("Deployment", "StatefulSet"):
+            o["spec"]["replicas"] = 0
+    return objects
+
+
 def apply_experiment(kube: Kube, obj: Mapping[str, Any], config: Config) -> list[str]:
     """Apply everything the experiment should have and prune the rest; what was pruned."""
     exp, objects = desired(kube, obj, config)
+    objects = released(kube, obj, objects)
     namespace = obj["metadata"]["namespace"]
     restarts = restarted_by_edit(kube, exp, namespace)
     apply.apply_objects(kube, objects, namespace)
@@ -225,6 +249,7 @@ def restarted_by_edit(kube: Kube, exp: Experiment, namespace: str) -> str:
 def ensure(kube: Kube, obj: Mapping[str, Any], config: Config) -> list[str]:
     """Recreate desired objects that are missing; their names."""
     _, objects = desired(kube, obj, config)
+    objects = released(kube, obj, objects)
     namespace = obj["metadata"]["namespace"]
     gone = apply.missing(kube, objects, namespace)
     if gone:
@@ -350,6 +375,7 @@ def refresh(
             agent_selector=cluster.agent_selector(name),
             nodes=nodes,
             replacements=replacements,
+            learner_max_restarts=config.learner_max_restarts,
         )
         status.observed_generation = old.get("observedGeneration")
         # the figures tensorplex reports into <exp>-progress; what it lacks keeps its last value
@@ -359,6 +385,16 @@ def refresh(
         budget = config.learner_max_restarts
         if old.get("phase") == "Failed":
             status.phase, status.reason = "Failed", old.get("reason")
+        elif status.phase == "Succeeded" or old.get("phase") == "Succeeded":
+            if status.phase != "Succeeded":  # a record gone since: the run still succeeded
+                status.phase, status.reason = "Succeeded", old.get("reason")
+            conds.append(condition("Succeeded", "True", "BudgetReached", status.reason or ""))
+        elif status.phase == "Failed":  # a learner container that cannot run (summarize)
+            status.reason = (
+                f"{status.reason}; its workloads were scaled to 0, data and logs are kept"
+            )
+            conds.append(condition("Failed", "True", "LearnerCannotRun", status.reason))
+            stop_workloads(kube, namespace, name)
         elif status.learner_restarts > budget:
             status.phase = "Failed"
             last = last_learner_failure(found)

@@ -292,6 +292,7 @@ def test_durations_as_kubectl_users_type_them(tmp_path: Path) -> None:
         ["logs", "exp-u", "learner"],
         ["tb", "exp-u"],
         ["scale", "exp-u", "--agents", "2"],
+        ["results", "exp-u"],
         ["exec", "exp-u", "learner", "--", "true"],
         ["render", "exp-u", "--discover"],
     ],
@@ -348,6 +349,7 @@ VERBS = [
     "delete",
     "exec",
     "scale",
+    "results",
 ]
 
 

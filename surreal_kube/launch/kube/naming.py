@@ -2,9 +2,9 @@
 
 Names follow the suffixes that `Topology.derived_name_suffixes` declares (and that the experiment
 name check already measured): `<exp>-<group>` for workloads and their Services, `<exp>-<group>-<i>`
-for StatefulSet pods. The extra objects, `<exp>-config`, `<exp>-data`, `<exp>-progress` and
-`<exp>-reporter`, are shorter than the `-<group>-<revision hash>` suffix that is always checked, so
-they always fit too.
+for StatefulSet pods. The extra objects, `<exp>-config`, `<exp>-data`, `<exp>-progress`,
+`<exp>-results` and `<exp>-reporter`, are shorter than the `-<group>-<revision hash>` suffix that
+is always checked, so they always fit too.
 """
 
 from __future__ import annotations
@@ -38,6 +38,12 @@ def data_name(experiment: str) -> str:
 def progress_name(experiment: str) -> str:
     """The ConfigMap holding the experiment's progress record (experiment/progress.py)."""
     return object_name(experiment, "progress")
+
+
+def results_name(experiment: str) -> str:
+    """The ConfigMap tensorplex copies the results into when the run ends (summary, curve,
+    picture): it outlives the pods, so `surreal-kube results` works after compute is released."""
+    return object_name(experiment, "results")
 
 
 def reporter_name(experiment: str) -> str:

@@ -53,7 +53,8 @@ def merge(status: ExperimentStatus, record: progress.Record | None) -> Experimen
     """Fold a record into a status computed from the pods (in place; returned for chaining).
 
     A figure the record lacks keeps what the status had (e.g. the operator's last value, after
-    tensorplex restarted). A record saying the learner finished makes the phase Succeeded.
+    tensorplex restarted). A record saying the run finished makes the phase Succeeded (tensorplex
+    writes it once the final evaluation and the results are in, runtime/conductor.py).
     """
     if record is None:
         return status
@@ -67,8 +68,25 @@ def merge(status: ExperimentStatus, record: progress.Record | None) -> Experimen
         status.env_steps_per_second = record.env_steps_per_s
     status.progress = record.state
     if record.state == progress.STATE_FINISHED and status.phase != "Failed":
-        status.phase, status.reason = "Succeeded", "the learner finished its budget"
+        finished(status, record)
     return status
+
+
+def finished(status: ExperimentStatus, record: progress.Record) -> None:
+    """A finished run is Succeeded, and its pods being gone is its compute released, not a
+    broken experiment: no pending reasons, a reason that says how it ended."""
+    live = [p for p in status.processes.values() if p.phase in ("Running", "Pending")]
+    parts = [f"finished: {record.reason or 'the run reached its budget'}"]
+    if record.last_return is not None:
+        parts.append(f"final return {record.last_return:.2f}")
+    parts.append(
+        f"releasing compute ({len(live)} pods left)" if live else "compute released (no pods)"
+    )
+    status.phase, status.reason = "Succeeded", "; ".join(parts)
+    for comp in status.components.values():
+        comp.pending = {}
+    for proc in status.processes.values():
+        proc.reason = None
 
 
 def keep_previous(status: ExperimentStatus, previous: Mapping[str, Any]) -> ExperimentStatus:

@@ -42,6 +42,13 @@ PROGRESS_ANNOTATION = "surreal.ai/progress"
 GPU = "nvidia.com/gpu"
 MAX_PENDING_SHOWN = 10
 """Pending reasons kept per component in the status (a thousand pending agents say it once)."""
+LEARNER_MAX_RESTARTS = 5
+"""A learner container restarted this many times after a non-zero exit cannot run: the
+experiment is Failed. The local supervisor's bound, and the operator's default: with the kubelet's
+crash back-off (10 s doubling to 5 min) that is about 5 minutes of trying, long enough for a
+passing fault (an API server or a node blip, one OOM kill) and short enough that a learner that
+crashes at every start (a bad spec, a missing module) does not hold GPUs for hours."""
+MAX_MESSAGE = 200
 
 Phase = Literal["Pending", "Running", "Succeeded", "Failed"]
 
@@ -380,6 +387,36 @@ def _last_termination(pod: Mapping[str, Any]) -> str | None:
     return None
 
 
+def _last_line(text: str | None) -> str | None:
+    """The last non-empty line of a termination message (the crash's last log line)."""
+    lines = [line.strip() for line in (text or "").splitlines() if line.strip()]
+    if not lines:
+        return None
+    line = lines[-1]
+    return line if len(line) <= MAX_MESSAGE else line[: MAX_MESSAGE - 3] + "..."
+
+
+def crash_looping(pod: Mapping[str, Any], max_restarts: int) -> str | None:
+    """Why a pod's container cannot run, or None: restarted `max_restarts` times or more and its
+    last run ended with a non-zero exit. Names the container, the exit code and the last log
+    line (its termination message: the pods say FallbackToLogsOnError)."""
+    for c in (pod.get("status") or {}).get("containerStatuses") or []:
+        restarts = int(c.get("restartCount") or 0)
+        if restarts < max_restarts:
+            continue
+        term = (c.get("state") or {}).get("terminated") or (c.get("lastState") or {}).get(
+            "terminated"
+        )
+        if not term or not term.get("exitCode"):
+            continue
+        said = _last_line(term.get("message")) or term.get("reason")
+        return (
+            f"container {c.get('name')} restarted {restarts} times, last exit code "
+            f"{term.get('exitCode')}" + (f": {said}" if said else "")
+        )
+    return None
+
+
 def _unschedulable(
     pod: Mapping[str, Any],
     message: str,
@@ -500,6 +537,7 @@ def summarize(
     nodes: list[Mapping[str, Any]] | None = None,
     all_pods: list[Mapping[str, Any]] | None = None,
     replacements: Mapping[str, Mapping[str, Any]] | None = None,
+    learner_max_restarts: int = LEARNER_MAX_RESTARTS,
 ) -> ExperimentStatus:
     """The status of one experiment from its pods.
 
@@ -508,6 +546,8 @@ def summarize(
     replaced (the operator keeps these in the status); added to the containers' restart counts.
     Without it, failed pods still present are counted (a Deployment keeps them around).
     nodes / all_pods: when given, pending reasons name the free capacity of the node pools.
+    learner_max_restarts: a learner container restarted this often after a failure makes the
+    phase Failed, with which container, its exit code and its last log line.
     """
     replacements = dict(replacements or {})
     free = free_capacity(nodes, all_pods) if nodes is not None and all_pods is not None else None
@@ -516,6 +556,7 @@ def summarize(
     learner_iteration: int | None = None
     eval_return: float | None = None
     learner_state: str | None = None
+    learner_failure: str | None = None
     pods = [p for p in pods if (p["metadata"].get("labels") or {}).get(COMPONENT_LABEL) in desired]
     live_keys = {process_key(p) for p in pods if pod_phase(p) not in ("Failed", "Succeeded")}
     counted: dict[str, int] = {k: int(v.get("count", 0)) for k, v in replacements.items()}
@@ -541,6 +582,8 @@ def summarize(
             node=(pod.get("spec") or {}).get("nodeName"),
             reason=reason,
         )
+        if group == learner_group and learner_failure is None and not failure_seen(pod):
+            learner_failure = crash_looping(pod, learner_max_restarts)
         comp = components[group]
         comp.ready += int(ready)
         comp.restarts += container_restarts(pod)
@@ -572,6 +615,8 @@ def summarize(
     if learner_state == progress_keys.STATE_FINISHED:
         phase: Phase = "Succeeded"
         why = "the learner finished its budget"
+    elif learner_failure is not None:
+        phase, why = "Failed", f"the learner cannot run: {learner_failure}"
     elif total and ready_total == total:
         phase, why = "Running", f"all {total} pods are running"
     else:
