@@ -26,8 +26,9 @@ Profile = Annotated[
     typer.Option(
         "--profile",
         metavar="FILE",
-        help="Cluster profile (YAML: node pools, registry, experiment volume); placement is "
-        "checked against its pools.",
+        help="Cluster profile (YAML: node pools, registry, experiment volume, pull secrets); "
+        "placement is checked against its pools. Through the operator it is written into the "
+        "Experiment (spec.profile); without it the operator's own profile applies.",
         show_default=False,
     ),
 ]

@@ -45,7 +45,12 @@ def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
         help="seconds between full re-reads of every experiment's objects and pods, a safety "
         "net: watch events drive recreation and status (default 300)",
     )
-    p.add_argument("--profile", help="cluster profile YAML (node pools, experiment volume)")
+    p.add_argument(
+        "--profile",
+        help="cluster profile YAML (node pools, experiment volume, pull secrets), read once at "
+        "start (the Helm chart mounts its value `profile` here); an Experiment's spec.profile "
+        "keys replace its keys",
+    )
     p.add_argument(
         "--no-read-nodes",
         action="store_true",
