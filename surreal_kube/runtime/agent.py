@@ -39,6 +39,7 @@ from surreal_kube.experiment.topology import collector
 from surreal_kube.runtime.base import RoleBase
 from surreal_kube.runtime.context import RoleContext
 from surreal_kube.runtime.lifecycle import Every, RateMeter, StopFlag
+from surreal_kube.runtime.reporter import AGENT_BUDGET_DONE, AGENT_ENV_STEPS
 from surreal_kube.runtime.status import ProgressFile
 
 log = logging.getLogger(__name__)
@@ -233,8 +234,12 @@ class AgentsRole(RoleBase):
                 self._update_progress()
                 self.progress.write("done", "took its share of session.maxEnvSteps")
                 log.info("every agent took its share of the step budget; idle until stopped")
-                while not self.stop.wait(0.2):
-                    pass
+                # keep saying so: on a cluster tensorplex ends the run from it (a restarted
+                # tensorplex too), runtime/conductor.py
+                while True:
+                    self._report(0.0, 0.0, 0.0)
+                    if self.stop.wait(spec.session.metrics.agent_interval_seconds):
+                        break
                 break
             started = self.step(started)
             if report():
@@ -277,6 +282,9 @@ class AgentsRole(RoleBase):
                 "agent/param_version": self.param_version,
                 "agent/param_age_s": time.time() - info.time if info else -1.0,
                 "agent/replay_wait_fraction": min(1.0, wait_fraction),
+                # the exact global env steps are the sum of these over agent processes
+                AGENT_ENV_STEPS: self.progress_steps,
+                AGENT_BUDGET_DONE: 1.0 if self.budget_spent() else 0.0,
             },
             step,
         )

@@ -12,6 +12,12 @@ namespace from the projected volume at SURREAL_REPORTER_DIR (the token file is r
 write: the kubelet rotates it). The token is never logged. It runs on a thread of its own, every
 `PERIOD` seconds, so a slow API server never stalls the metrics. Without an API server, a token or
 the right (a local run, a revoked Role), it says so in one log line and then stays silent.
+
+The same thread conducts the run's end on a cluster (runtime/conductor.py): after each write it
+lets the conductor check the budget, and the writer's other calls serve it: `read` (the record
+as a restarted tensorplex finds it: the start time and whether the run already finished),
+`patch_configmap` (the results ConfigMap `<exp>-results`) and `scale_to_zero` (the experiment's
+workloads, through their `scale` subresource). The Role allows exactly these, by resourceNames.
 """
 
 from __future__ import annotations
@@ -23,7 +29,7 @@ import os
 import ssl
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from surreal_kube.experiment import progress
@@ -37,6 +43,11 @@ RATE_FRESH_SECONDS = 30.0
 TIMEOUT = 5.0
 CONFIGMAP_VAR = "SURREAL_PROGRESS_CONFIGMAP"
 DIR_VAR = "SURREAL_REPORTER_DIR"
+RESULTS_VAR = "SURREAL_RESULTS_CONFIGMAP"
+"""The ConfigMap the results are copied into (set by the renderer with the reporter's rights)."""
+WORKLOADS_VAR = "SURREAL_RELEASE_WORKLOADS"
+"""`deployments/<name>,statefulsets/<name>,...`: what tensorplex scales to 0 when the run
+ends, in that order (its own Deployment last); exactly the Role's resourceNames."""
 LEARNER_ITERATION = "learner/iteration"
 LEARNER_PUBLISHED = "learner/published_iteration"
 LEARNER_ITERATIONS_PER_S = "learner/iterations_per_s"
@@ -45,6 +56,11 @@ EVAL_RETURN = "charts/eval_return"
 LEARNER_FINISHED = "learner/finished"
 """A learner that ended its budget sends 1 here: the record's state becomes `finished` (and the
 experiment's phase Succeeded)."""
+AGENT_ENV_STEPS = "agent/env_steps"
+"""An agent process's cumulative env steps: their sum over processes is the global env steps,
+exactly (the learner's figure comes from replay and lags the last partial sub-trajectories)."""
+AGENT_BUDGET_DONE = "agent/budget_done"
+"""1 once every agent of the process took its share of `session.maxEnvSteps`."""
 
 
 class ProgressTracker:
@@ -59,6 +75,16 @@ class ProgressTracker:
         self._return_time = -1.0
         self._agent_rates: dict[int, tuple[float, float]] = {}
         self.state = progress.STATE_STARTING
+        self.reason: str | None = None
+        self.started_at: float | None = None
+        self.finished_at: float | None = None
+        self.published: int | None = None
+        """The newest parameter version the learner said it published."""
+        self.agent_steps: dict[str, int] = {}
+        """Agent process -> its cumulative env steps (AGENT_ENV_STEPS)."""
+        self.agents_done: set[str] = set()
+        self.learner_values: dict[str, float] = {}
+        """The learner's newest scalars (policy lag and replay figures for the summary)."""
 
     def observe(
         self,
@@ -79,12 +105,21 @@ class ProgressTracker:
                         self.state = progress.STATE_RUNNING
                 if step is not None:
                     self.env_steps = max(self.env_steps or 0, step)
+                if LEARNER_PUBLISHED in values and values[LEARNER_PUBLISHED] >= 0:
+                    self.published = max(self.published or 0, int(values[LEARNER_PUBLISHED]))
+                self.learner_values.update(values)
                 if LEARNER_ITERATIONS_PER_S in values:
                     self.iterations_per_s = values[LEARNER_ITERATIONS_PER_S]
                 if values.get(LEARNER_FINISHED, 0.0) >= 1.0:
                     self.state = progress.STATE_FINISHED
             if group == "agents" and index is not None and AGENT_STEPS_PER_S in values:
                 self._agent_rates[index] = (values[AGENT_STEPS_PER_S], time.monotonic())
+            if group == "agents" and AGENT_ENV_STEPS in values:
+                steps = int(values[AGENT_ENV_STEPS])
+                self.agent_steps[source] = max(self.agent_steps.get(source, 0), steps)
+                self.env_steps = max(self.env_steps or 0, sum(self.agent_steps.values()))
+            if group == "agents" and values.get(AGENT_BUDGET_DONE, 0.0) >= 1.0:
+                self.agents_done.add(source)
             if EVAL_RETURN in values and stamp >= self._return_time:
                 self.last_return, self._return_time = values[EVAL_RETURN], stamp
 
@@ -103,7 +138,47 @@ class ProgressTracker:
                 ),
                 last_return=self.last_return,
                 updated_at=round(time.time(), 3),
+                reason=self.reason,
+                started_at=self.started_at,
+                finished_at=self.finished_at,
             )
+
+    def agents(self) -> tuple[int, int]:
+        """(env steps of every agent process together, agent processes done), consistent."""
+        with self._lock:
+            return sum(self.agent_steps.values()), len(self.agents_done)
+
+    def learner_figures(self) -> dict[str, float]:
+        """A copy of the learner's newest scalars."""
+        with self._lock:
+            return dict(self.learner_values)
+
+    def finish(self, reason: str, final_return: float | None) -> None:
+        """The run ended (the conductor wrote its results): state `finished`, with the reason."""
+        with self._lock:
+            self.state = progress.STATE_FINISHED
+            self.reason = reason
+            self.finished_at = round(time.time(), 3)
+            if final_return is not None:
+                self.last_return = final_return
+
+    def restore(self, record: progress.Record | None, now: float) -> None:
+        """What a previous tensorplex wrote survives a restart: the start time (the time budget
+        counts from it) and a finished state with its reason; figures come back with metrics."""
+        with self._lock:
+            self.started_at = record.started_at if record and record.started_at else round(now, 3)
+            if record is None:
+                return
+            # figures no one sends any more (the run finished, its roles are gone) stay shown
+            if self.iteration is None:
+                self.iteration = record.iteration
+            if self.env_steps is None:
+                self.env_steps = record.env_steps
+            if self.last_return is None:
+                self.last_return = record.last_return
+            if record.state == progress.STATE_FINISHED:
+                self.state = progress.STATE_FINISHED
+                self.reason, self.finished_at = record.reason, record.finished_at
 
 
 class ConfigMapWriter:
@@ -111,6 +186,7 @@ class ConfigMapWriter:
 
     def __init__(self, host: str, port: int, namespace: str, name: str, secrets: Path) -> None:
         self.host, self.port = host, port
+        self.namespace = namespace
         self.path = f"/api/v1/namespaces/{namespace}/configmaps/{name}"
         self.where = f"{namespace}/{name}"
         self.secrets = secrets
@@ -137,41 +213,70 @@ class ConfigMapWriter:
 
     def write(self, text: str) -> None:
         """PATCH the record in; raises OSError (network) or PermissionError / LookupError."""
+        self._request("PATCH", self.path, {"data": {progress.DATA_KEY: text}}, self.where)
+
+    def read(self) -> progress.Record | None:
+        """The record as it is now (None: nothing written yet); raises like `write`."""
+        body = self._request("GET", self.path, None, self.where)
+        return progress.from_configmap(json.loads(body or b"{}"))
+
+    def patch_configmap(self, name: str, body: Mapping[str, object]) -> None:
+        """JSON merge patch of another ConfigMap of the experiment (its results)."""
+        path = self.path.rsplit("/", 1)[0] + f"/{name}"
+        self._request("PATCH", path, body, f"{self.namespace}/{name}")
+
+    def scale_to_zero(self, workload: str) -> None:
+        """`deployments/<name>` or `statefulsets/<name>` to 0 replicas (its scale subresource)."""
+        plural, _, name = workload.partition("/")
+        path = f"/apis/apps/v1/namespaces/{self.namespace}/{plural}/{name}/scale"
+        self._request("PATCH", path, {"spec": {"replicas": 0}}, f"{self.namespace}/{workload}")
+
+    def _request(
+        self, method: str, path: str, body: Mapping[str, object] | None, what: str
+    ) -> bytes:
         token = (self.secrets / "token").read_text().strip()
-        body = json.dumps({"data": {progress.DATA_KEY: text}})
+        headers = {"Authorization": f"Bearer {token}", "Accept": "application/json"}
+        data = None
+        if body is not None:
+            data = json.dumps(body)
+            headers["Content-Type"] = "application/merge-patch+json"
         conn = http.client.HTTPSConnection(
             self.host, self.port, timeout=TIMEOUT, context=self._context
         )
         try:
-            conn.request(
-                "PATCH",
-                self.path,
-                body=body,
-                headers={
-                    "Authorization": f"Bearer {token}",
-                    "Content-Type": "application/merge-patch+json",
-                    "Accept": "application/json",
-                },
-            )
+            conn.request(method, path, body=data, headers=headers)
             resp = conn.getresponse()
-            resp.read()
+            answer = resp.read()
         finally:
             conn.close()
         if resp.status in (401, 403):
-            raise PermissionError(f"the API server refused the write ({resp.status})")
+            raise PermissionError(f"the API server refused {method} {what} ({resp.status})")
         if resp.status == 404:
-            raise LookupError(f"no ConfigMap {self.where}")
+            raise LookupError(f"no {what}")
         if resp.status >= 300:
-            raise OSError(f"the API server answered {resp.status} {resp.reason}")
+            raise OSError(f"the API server answered {resp.status} {resp.reason} to {what}")
+        return answer
 
 
 class Reporter:
-    """Every `period` seconds, the tracker's record to the writer, on a daemon thread."""
+    """Every `period` seconds, the tracker's record to the writer, on a daemon thread.
+
+    Before its first write it reads the record back (`restore`): a restarted tensorplex keeps the
+    experiment's start time and a finished state instead of overwriting them. `conductor`, when
+    given, runs after each write on the same thread (runtime/conductor.py).
+    """
 
     def __init__(
-        self, tracker: ProgressTracker, writer: ConfigMapWriter, *, period: float = PERIOD
+        self,
+        tracker: ProgressTracker,
+        writer: ConfigMapWriter,
+        *,
+        period: float = PERIOD,
+        conductor: Callable[[], None] | None = None,
     ) -> None:
         self.tracker, self.writer, self.period = tracker, writer, period
+        self.conductor = conductor
+        self.restored = False
         self.writes = 0
         self.failures = 0
         self._complained = False
@@ -199,15 +304,40 @@ class Reporter:
         self.writes += 1
         return True
 
+    def restore(self) -> bool:
+        """Read the record a previous tensorplex left; False (said once) when it could not."""
+        try:
+            record = self.writer.read()
+        except LookupError:
+            record = None  # no ConfigMap yet: the writes will say so
+        except (OSError, PermissionError, ssl.SSLError, ValueError) as exc:
+            self.failures += 1
+            if not self._complained:
+                self._complained = True
+                log.warning("cannot read the progress record %s: %s", self.writer.where, exc)
+            return False
+        self.tracker.restore(record, time.time())
+        self.restored = True
+        return True
+
     def _run(self) -> None:
         while not self._stop.wait(self.period):
+            if not self.restored and not self.restore():
+                continue
             self.write_once()
+            if self.conductor is not None:
+                try:
+                    self.conductor()
+                except Exception:  # the conductor's trouble must not end the progress channel
+                    log.exception("the conductor failed; it tries again in %.0fs", self.period)
 
     def stop(self) -> None:
         """Stop the thread and write a last record saying the writer stopped."""
         self._stop.set()
         if self._thread.is_alive():
             self._thread.join(TIMEOUT * 2)
+        if not self.restored:
+            return  # never read what is there: writing now could erase a start time
         with self.tracker._lock:
             if self.tracker.state != progress.STATE_FINISHED:
                 self.tracker.state = progress.STATE_STOPPED

@@ -13,7 +13,9 @@ DNS-style label.
 
 On Kubernetes it also keeps the experiment's progress record (learner iteration, env steps,
 steps/s, last eval return) and writes it into the ConfigMap `<exp>-progress` (runtime/reporter.py):
-the channel `status`, `list` and the operator read.
+the channel `status`, `list` and the operator read. And it conducts the run's end there
+(runtime/conductor.py): the curve, the budget, the final evaluation, the results and the release
+of the experiment's compute; locally the supervisor does that.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from tensorboard.summary.writer.event_file_writer import EventFileWriter
 from surreal_kube.comm import wire
 from surreal_kube.comm.sockets import make_socket
 from surreal_kube.runtime.base import RoleBase
+from surreal_kube.runtime.conductor import Conductor
 from surreal_kube.runtime.context import RoleContext
 from surreal_kube.runtime.lifecycle import Every, RateMeter, StopFlag
 from surreal_kube.runtime.reporter import ConfigMapWriter, ProgressTracker, Reporter
@@ -178,7 +181,13 @@ class TensorplexRole(RoleBase):
         self.counts = {"agents": ctx.spec.agents.count, "evals": ctx.spec.evals.count}
         self.progress = ProgressTracker()
         writer = ConfigMapWriter.in_cluster()
-        self.reporter = Reporter(self.progress, writer) if writer else None
+        self.conductor: Conductor | None = None
+        self.reporter: Reporter | None = None
+        if writer is not None:
+            self.conductor = Conductor.in_cluster(
+                ctx.experiment_doc, self.progress, writer, ctx.folder("results"), ctx.env
+            )
+            self.reporter = Reporter(self.progress, writer, conductor=self.conductor.step)
 
     def handle(self, frames: list[Any]) -> None:
         """Validate one message and write or accumulate its scalars."""
@@ -194,6 +203,8 @@ class TensorplexRole(RoleBase):
             return
         self.received += 1
         self.progress.observe(src, grp, idx, step, stamp, values)
+        if self.conductor is not None:
+            self.conductor.observe(src, grp, idx, step, values)
         if step is not None and src == "learner":
             self._global_step = max(self._global_step, step)
         if grp is not None and idx is not None:

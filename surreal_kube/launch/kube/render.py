@@ -7,7 +7,10 @@ templates print and nothing else decides a name, a port or an address:
 - the experiment volume (a PersistentVolumeClaim `<exp>-data`, or what the profile configures);
 - the progress channel: a ConfigMap `<exp>-progress` (no data until tensorplex writes its record)
   and the ServiceAccount, Role and RoleBinding `<exp>-reporter` that allow `get`/`patch` on that
-  one object; only the tensorplex container mounts that account's token (a projected volume);
+  one object; only the tensorplex container mounts that account's token (a projected volume).
+  At the run's end tensorplex also patches `<exp>-results` (rendered empty too) and scales the
+  experiment's workloads to 0 (`release_order`): the Role grants `patch` on exactly those, by
+  name, and on their `scale` subresource only;
 - per group: a Deployment (single replica) or a StatefulSet (agents, evals: the pod ordinal is
   SURREAL_INDEX, read from the `apps.kubernetes.io/pod-index` label through the downward API), one
   container per process of the group;
@@ -318,6 +321,29 @@ def heartbeat_max_age(exp: Experiment) -> int:
     return max(HEARTBEAT_FLOOR_SECONDS, math.ceil(HEARTBEAT_MARGIN * slow))
 
 
+RELEASE_ORDER = (
+    "agents",
+    "evals",
+    "learner",
+    "replay",
+    "ps",
+    "tensorboard",
+    "loggerplex",
+    "tensorplex",
+)
+"""The order tensorplex scales the workloads to 0 when the run ends (runtime/conductor.py):
+producers first, as the local supervisor stops them, and itself last, after everything else."""
+
+
+def release_order(experiment: str, topo: Topology) -> list[str]:
+    """`deployments/<exp>-learner`, `statefulsets/<exp>-agents` ...: every workload, in
+    RELEASE_ORDER; also exactly what the reporter's Role may scale (its resourceNames)."""
+    rank = {group: i for i, group in enumerate(RELEASE_ORDER)}
+    groups = sorted(topo.groups, key=lambda g: (rank.get(g.name, len(rank) - 1.5), g.name))
+    kind = {True: "statefulsets", False: "deployments"}
+    return [f"{kind[g.replicated]}/{naming.object_name(experiment, g.name)}" for g in groups]
+
+
 def liveness_probe(exp: Experiment, process: str) -> dict[str, Any]:
     """The exec command and timings of a role's startup and liveness probes (see the template)."""
     path = f"/tmp/{process}.heartbeat"  # /tmp is the pod's emptyDir
@@ -402,12 +428,18 @@ class _Context:
         if group.replicated:
             return [{**base, "headless": True, "ports": []}]
         if not group.exposed:
+        workloads = release_order(self.name, self.topo)
             return []
         return [{**base, "headless": False, "ports": self._ports(group.exposed)}]
 
+            "results": naming.results_name(self.name),
     def _ports(self, endpoints: tuple[str, ...]) -> list[dict[str, Any]]:
         taken: set[str] = set()
         out = []
+            "scale": {
+                plural: [w.partition("/")[2] for w in workloads if w.startswith(plural + "/")]
+                for plural in ("deployments", "statefulsets")
+            },
         for endpoint in endpoints:
             name = port_name(endpoint, taken)
             taken.add(name)
@@ -528,3 +560,12 @@ class _Context:
             "gpus": gpus.limit,
             "reporter": reports,
         }
+            entries.append(
+                {"name": "SURREAL_RESULTS_CONFIGMAP", "value": naming.results_name(self.name)}
+            )
+            entries.append(
+                {
+                    "name": "SURREAL_RELEASE_WORKLOADS",
+                    "value": ",".join(release_order(self.name, self.topo)),
+                }
+            )

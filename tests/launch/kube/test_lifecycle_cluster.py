@@ -533,6 +533,7 @@ def test_no_objects_of_kinds_we_do_not_know(
     assert names_of(objects_of(kube, name, [resource("v1", "ConfigMap")])) == [
         f"ConfigMap/{name}-config",
         f"ConfigMap/{name}-progress",
+        f"ConfigMap/{name}-results",
     ]
     root = kube.get(resource("v1", "ConfigMap"), naming.config_name(name))
     for obj in objects_of(kube, name, [r for r in KINDS if r.kind not in ("ConfigMap", "Pod")]):

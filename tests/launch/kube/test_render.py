@@ -26,6 +26,7 @@ from surreal_kube.launch.kube.ownership import RETAIN_ANNOTATION, root_of, set_o
 from surreal_kube.launch.kube.profile import profile_from_dict
 from surreal_kube.launch.kube.render import (
     CONFIG_DIGEST_ANNOTATION,
+    RELEASE_ORDER,
     dump_objects,
     port_name,
     render_experiment,
@@ -41,6 +42,11 @@ OWNER = {
     "uid": "6c1f1a1e-0000-4000-8000-000000000001",
 }
 ROOT = Path(__file__).resolve().parents[3]
+
+
+def release_rank(workload: str) -> int:
+    """Where a workload (`<exp>-<group>`) comes in the order tensorplex releases them."""
+    return next(i for i, g in enumerate(RELEASE_ORDER) if workload.endswith(f"-{g}"))
 
 
 def workloads(objects: list[dict]) -> list[dict]:
@@ -62,7 +68,8 @@ def test_every_object_validates_strictly(case: str, owned: bool) -> None:
         experiment(case), "rl-test", images=IMAGES, owner=OWNER if owned else None
     )
     kinds = Counter(o["kind"] for o in objects)
-    assert kinds["ConfigMap"] == 2 and kinds["PersistentVolumeClaim"] == 1  # config, progress
+    # config, progress, results
+    assert kinds["ConfigMap"] == 3 and kinds["PersistentVolumeClaim"] == 1
     assert kinds["ServiceAccount"] == kinds["Role"] == kinds["RoleBinding"] == 1
     for obj in objects:
         kubernetes_validate.validate(obj, K8S_VERSION, strict=True)
@@ -105,13 +112,36 @@ def test_only_tensorplex_holds_a_token_and_it_may_write_only_its_progress(case: 
     assert "data" not in progress_cm  # re-applying never resets what the reporter wrote
     reporter = naming.reporter_name(name)
     assert by_kind[("ServiceAccount", reporter)]["automountServiceAccountToken"] is False
+    workloads_by_kind = {
+        plural: sorted(
+            w["metadata"]["name"] for w in workloads(objects) if w["kind"].lower() + "s" == plural
+        )
+        for plural in ("deployments", "statefulsets")
+    }
+    results_cm = by_kind[("ConfigMap", naming.results_name(name))]
+    assert "data" not in results_cm and "binaryData" not in results_cm
     assert by_kind[("Role", reporter)]["rules"] == [
         {
             "apiGroups": [""],
             "resources": ["configmaps"],
             "resourceNames": [naming.progress_name(name)],
             "verbs": ["get", "patch"],
+        },
+        {
+            "apiGroups": [""],
+            "resources": ["configmaps"],
+            "resourceNames": [naming.results_name(name)],
+            "verbs": ["patch"],
+        },
+    ] + [  # the end of the run: its own workloads to 0, by name, through `scale` only
+        {
+            "apiGroups": ["apps"],
+            "resources": [f"{plural}/scale"],
+            "resourceNames": sorted(names, key=release_rank),
+            "verbs": ["patch"],
         }
+        for plural, names in workloads_by_kind.items()
+        if names
     ]
     binding = by_kind[("RoleBinding", reporter)]
     assert binding["roleRef"] == {
@@ -131,6 +161,12 @@ def test_only_tensorplex_holds_a_token_and_it_may_write_only_its_progress(case: 
                     env_of(c)["SURREAL_PROGRESS_CONFIGMAP"]["value"]
                     == progress_cm["metadata"]["name"]
                 )
+                assert env_of(c)["SURREAL_RESULTS_CONFIGMAP"]["value"] == naming.results_name(name)
+                released = env_of(c)["SURREAL_RELEASE_WORKLOADS"]["value"].split(",")
+                assert sorted(released) == sorted(
+                    f"{plural}/{n}" for plural, ns in workloads_by_kind.items() for n in ns
+                )
+                assert released[-1] == f"deployments/{name}-tensorplex"  # itself last
             else:
                 assert "SURREAL_REPORTER_DIR" not in env_of(c)
     assert mounting == ["tensorplex"]

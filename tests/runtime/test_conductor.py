@@ -1,0 +1,89 @@
+"""The conductor's pure parts (runtime/conductor.py): the budget, the results ConfigMap's size,
+what a restarted tensorplex keeps. The whole end runs against the real API server in
+tests/launch/kube/test_run_end_cluster.py.
+"""
+
+from __future__ import annotations
+
+import base64
+import time
+from typing import Any
+
+from surreal_kube.experiment import progress
+from surreal_kube.experiment.resolve import resolve_experiment
+from surreal_kube.runtime import conductor
+from surreal_kube.runtime.reporter import ProgressTracker
+from surreal_kube.session import results as shared
+
+
+def test_the_record_carries_the_reason_and_start_time_and_survives_a_restart() -> None:
+    rec = progress.Record(state="finished", reason="reached 60 s of wall time", started_at=100.0)
+    assert progress.parse(rec.to_json()) == rec
+    assert progress.from_mapping({"reason": "x" * 1000}).reason.endswith("...")  # type: ignore[union-attr]
+    t = ProgressTracker()
+    t.restore(progress.Record(state="running", started_at=123.0, iteration=7), now=999.0)
+    assert (t.started_at, t.state, t.iteration) == (123.0, "starting", 7)
+    t = ProgressTracker()
+    t.restore(None, now=999.0)  # the first tensorplex: the experiment starts now
+    assert t.started_at == 999.0
+    t = ProgressTracker()
+    t.restore(rec, now=999.0)
+    assert (t.state, t.reason, t.started_at) == ("finished", rec.reason, 100.0)
+
+
+def conductor_for(sets: list[str], tracker: ProgressTracker, tmp_path: Any) -> Any:
+    exp = resolve_experiment("exp-c", sets=sets)
+    return conductor.Conductor(
+        exp,
+        tracker,
+        api=None,
+        results_dir=tmp_path,
+        results_configmap=None,
+        workloads=[],  # type: ignore[arg-type]
+    )
+
+
+def test_the_budget_is_the_agents_steps_their_done_flags_or_the_time(tmp_path: Any) -> None:
+    t = ProgressTracker()
+    t.restore(None, now=time.time())
+    c = conductor_for(["agents.count=4", "agents.batch=2", "session.maxEnvSteps=1000"], t, tmp_path)
+    t.observe("learner", None, None, 990, 1.0, {"learner/iteration": 3.0})
+    assert c.budget_reached() is None  # the learner's figure lags: not yet
+    t.observe("agents-0", "agents", 0, 990, 1.0, {"agent/env_steps": 500.0})
+    t.observe("agents-1", "agents", 1, 990, 1.0, {"agent/env_steps": 499.0})
+    assert c.budget_reached() is None
+    t.observe("agents-1", "agents", 1, 990, 2.0, {"agent/env_steps": 500.0})
+    assert c.budget_reached() == "reached 1000 env steps"
+    assert t.record().env_steps == 1000
+    # every agent process done is the budget too (their last steps may still be on the wire)
+    t2 = ProgressTracker()
+    c2 = conductor_for(["agents.count=2", "session.maxEnvSteps=1000"], t2, tmp_path)
+    t2.observe("agents-0", "agents", 0, 0, 1.0, {"agent/budget_done": 1.0})
+    assert c2.budget_reached() is None
+    t2.observe("agents-1", "agents", 1, 0, 1.0, {"agent/budget_done": 1.0})
+    assert c2.budget_reached() == "reached 1000 env steps"
+    # the time budget counts from the record's start time
+    t3 = ProgressTracker()
+    t3.restore(progress.Record(started_at=time.time() - 61), now=time.time())
+    assert conductor_for(["session.maxTimeSeconds=60"], t3, tmp_path).budget_reached() == (
+        "reached 60 s of wall time"
+    )
+    assert conductor_for([], t3, tmp_path).budget_reached() is None  # no budget: never
+
+
+def test_the_results_configmap_stays_under_its_limit_keeping_the_newest_points() -> None:
+    point = '{"env_steps": 1, "eval_return": 1.0}\n'
+    files = {
+        shared.SUMMARY: b'{"phase": "Succeeded"}\n',
+        shared.PICTURE: b"\x89PNG" + bytes(300_000),
+        shared.CURVE: "".join(point.replace("1,", f"{i},", 1) for i in range(30_000)).encode(),
+    }
+    body = conductor.configmap_body(files)
+    size = sum(len(v) for part in body.values() for v in part.values())
+    assert size <= conductor.CONFIGMAP_LIMIT
+    kept = shared.parse_curve(body["data"][shared.CURVE])
+    assert kept and kept[-1]["env_steps"] == 29_999
+    assert kept[0]["env_steps"] == 30_000 - len(kept)  # the newest, contiguous
+    assert base64.b64decode(body["binaryData"][shared.PICTURE]) == files[shared.PICTURE]
+    small = conductor.configmap_body({**files, shared.CURVE: point.encode()})
+    assert small["data"][shared.CURVE] == point
