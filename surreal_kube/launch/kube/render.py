@@ -321,6 +321,22 @@ def heartbeat_max_age(exp: Experiment) -> int:
     return max(HEARTBEAT_FLOOR_SECONDS, math.ceil(HEARTBEAT_MARGIN * slow))
 
 
+def liveness_probe(exp: Experiment, process: str) -> dict[str, Any]:
+    """The exec command and timings of a role's startup and liveness probes (see the template)."""
+    path = f"/tmp/{process}.heartbeat"  # /tmp is the pod's emptyDir
+    max_age = heartbeat_max_age(exp)
+    command = ["python", "-m", "surreal_kube.runtime.lifecycle", "heartbeat", path]
+    return {
+        "file": path,
+        "command": [*command, "--max-age", str(max_age)],
+        "timeout": 10,  # an interpreter's start on a loaded node; the default 1 s is too short
+        "period": 30,
+        "failures": 2,  # restarted between max_age + 30 and max_age + 60 s after the last beat
+        "startup_period": 10,
+        "startup_failures": STARTUP_PROBE_SECONDS // 10,
+    }
+
+
 RELEASE_ORDER = (
     "agents",
     "evals",
@@ -342,22 +358,6 @@ def release_order(experiment: str, topo: Topology) -> list[str]:
     groups = sorted(topo.groups, key=lambda g: (rank.get(g.name, len(rank) - 1.5), g.name))
     kind = {True: "statefulsets", False: "deployments"}
     return [f"{kind[g.replicated]}/{naming.object_name(experiment, g.name)}" for g in groups]
-
-
-def liveness_probe(exp: Experiment, process: str) -> dict[str, Any]:
-    """The exec command and timings of a role's startup and liveness probes (see the template)."""
-    path = f"/tmp/{process}.heartbeat"  # /tmp is the pod's emptyDir
-    max_age = heartbeat_max_age(exp)
-    command = ["python", "-m", "surreal_kube.runtime.lifecycle", "heartbeat", path]
-    return {
-        "file": path,
-        "command": [*command, "--max-age", str(max_age)],
-        "timeout": 10,  # an interpreter's start on a loaded node; the default 1 s is too short
-        "period": 30,
-        "failures": 2,  # restarted between max_age + 30 and max_age + 60 s after the last beat
-        "startup_period": 10,
-        "startup_failures": STARTUP_PROBE_SECONDS // 10,
-    }
 
 
 class _Context:
@@ -410,12 +410,18 @@ class _Context:
         }
 
     def reporter(self) -> dict[str, Any]:
+        workloads = release_order(self.name, self.topo)
         return {
             "name": naming.reporter_name(self.name),
             "configmap": naming.progress_name(self.name),
+            "results": naming.results_name(self.name),
             "labels": self._labels(),
             "owner": self.owner,
             "verbs": REPORTER_VERBS,
+            "scale": {
+                plural: [w.partition("/")[2] for w in workloads if w.startswith(plural + "/")]
+                for plural in ("deployments", "statefulsets")
+            },
         }
 
     def services(self, group: Group) -> list[dict[str, Any]]:
@@ -428,18 +434,12 @@ class _Context:
         if group.replicated:
             return [{**base, "headless": True, "ports": []}]
         if not group.exposed:
-        workloads = release_order(self.name, self.topo)
             return []
         return [{**base, "headless": False, "ports": self._ports(group.exposed)}]
 
-            "results": naming.results_name(self.name),
     def _ports(self, endpoints: tuple[str, ...]) -> list[dict[str, Any]]:
         taken: set[str] = set()
         out = []
-            "scale": {
-                plural: [w.partition("/")[2] for w in workloads if w.startswith(plural + "/")]
-                for plural in ("deployments", "statefulsets")
-            },
         for endpoint in endpoints:
             name = port_name(endpoint, taken)
             taken.add(name)
@@ -537,6 +537,15 @@ class _Context:
                 {"name": "SURREAL_PROGRESS_CONFIGMAP", "value": naming.progress_name(self.name)}
             )
             entries.append({"name": "SURREAL_REPORTER_DIR", "value": REPORTER_DIR})
+            entries.append(
+                {"name": "SURREAL_RESULTS_CONFIGMAP", "value": naming.results_name(self.name)}
+            )
+            entries.append(
+                {
+                    "name": "SURREAL_RELEASE_WORKLOADS",
+                    "value": ",".join(release_order(self.name, self.topo)),
+                }
+            )
         liveness = (
             liveness_probe(self.exp, process.name) if process.role in LIVENESS_ROLES else None
         )
@@ -560,12 +569,3 @@ class _Context:
             "gpus": gpus.limit,
             "reporter": reports,
         }
-            entries.append(
-                {"name": "SURREAL_RESULTS_CONFIGMAP", "value": naming.results_name(self.name)}
-            )
-            entries.append(
-                {
-                    "name": "SURREAL_RELEASE_WORKLOADS",
-                    "value": ",".join(release_order(self.name, self.topo)),
-                }
-            )
