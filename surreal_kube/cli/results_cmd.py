@@ -96,9 +96,13 @@ def _local_files(name: str, root: Path | None) -> dict[str, bytes]:
     exp = backend.find(name, root)
     folder = exp.folder.results
     if not (folder / shared.SUMMARY).is_file():
+        when = (
+            "they are written when the run ends"
+            if exp.running
+            else f"it ended without writing them (see {exp.folder.logs})"
+        )
         raise LaunchError(
-            f"{name} has no results yet: it is {exp.phase} "
-            f"({_local_doing(exp.state)}); they are written when the run ends"
+            f"{name} has no results yet: it is {exp.phase} ({_local_doing(exp.state)}); {when}"
         )
     return {f: (folder / f).read_bytes() for f in shared.FILES if (folder / f).is_file()}
 
