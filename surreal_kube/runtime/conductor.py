@@ -200,7 +200,7 @@ class Conductor:
     def step(self) -> None:
         """Advance as far as possible now (called every few seconds)."""
         if self.phase == RUNNING:
-            if self.tracker.state == "finished":  # a tensorplex restarted after the end
+            if self.tracker.finished_before:  # a tensorplex restarted after the end
                 self.reason = self.tracker.reason or "finished"
                 self.phase = RELEASING
             else:

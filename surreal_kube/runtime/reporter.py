@@ -85,6 +85,8 @@ class ProgressTracker:
         self.agents_done: set[str] = set()
         self.learner_values: dict[str, float] = {}
         """The learner's newest scalars (policy lag and replay figures for the summary)."""
+        self.finished_before = False
+        """The record said finished when this tensorplex started: a restart after the end."""
 
     def observe(
         self,
@@ -177,6 +179,7 @@ class ProgressTracker:
             if self.last_return is None:
                 self.last_return = record.last_return
             if record.state == progress.STATE_FINISHED:
+                self.finished_before = True
                 self.state = progress.STATE_FINISHED
                 self.reason, self.finished_at = record.reason, record.finished_at
 

@@ -29,6 +29,7 @@ def test_the_record_carries_the_reason_and_start_time_and_survives_a_restart() -
     t = ProgressTracker()
     t.restore(rec, now=999.0)
     assert (t.state, t.reason, t.started_at) == ("finished", rec.reason, 100.0)
+    assert t.finished_before  # the conductor only releases again, it writes no new results
 
 
 def conductor_for(sets: list[str], tracker: ProgressTracker, tmp_path: Any) -> Any:
