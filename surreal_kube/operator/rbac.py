@@ -34,8 +34,16 @@ RULES: list[dict[str, Any]] = [
         "verbs": MANAGE,
     },
     {"apiGroups": ["apps"], "resources": ["statefulsets", "deployments"], "verbs": MANAGE},
+    # the reporter's Role lets tensorplex scale its own workloads to 0 at the end of the run
+    # (runtime/conductor.py); the operator may grant that only if it holds it
+    {
+        "apiGroups": ["apps"],
+        "resources": ["deployments/scale", "statefulsets/scale"],
+        "verbs": ["patch"],
+    },
     # the progress reporter's identity (<exp>-reporter). The API server lets the operator grant
-    # only what it holds itself (no `escalate`, no `bind`): get/patch on one ConfigMap.
+    # only what it holds itself (no `escalate`, no `bind`): get/patch on its ConfigMaps, patch on
+    # its workloads' scale.
     {"apiGroups": [""], "resources": ["serviceaccounts"], "verbs": MANAGE},
     {
         "apiGroups": ["rbac.authorization.k8s.io"],
