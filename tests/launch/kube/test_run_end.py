@@ -117,3 +117,26 @@ def test_a_finished_run_without_pods_is_succeeded_not_broken() -> None:
     kube_progress.merge(st, record)
     assert st.reason is not None and st.reason.endswith("releasing compute (1 pods left)")
     assert all(not c.pending for c in st.components.values())
+
+
+def test_the_operator_holds_every_right_the_reporters_role_grants() -> None:
+    """The API server lets the operator create a Role granting only what it holds itself: the
+    reporter's scale rights must be among the operator's (else applying the experiment fails)."""
+    from surreal_kube.experiment.resolve import resolve_experiment
+    from surreal_kube.launch.kube.render import render_experiment
+    from surreal_kube.operator import rbac
+    from tests.launch.kube.specs import IMAGES
+
+    exp = resolve_experiment("exp-rbac", sets=["evals.count=1"])
+    (role,) = [o for o in render_experiment(exp, "rl", images=IMAGES) if o["kind"] == "Role"]
+    granted = {
+        (group, res, verb)
+        for rule in role["rules"]
+        for group in rule["apiGroups"]
+        for res in rule["resources"]
+        for verb in rule["verbs"]
+    }
+    assert ("apps", "deployments/scale", "patch") in granted
+    assert ("apps", "statefulsets/scale", "patch") in granted
+    for group, res, verb in granted:
+        assert rbac.allows(rbac.RULES, group, res, verb), (group, res, verb)
