@@ -6,12 +6,19 @@ a wheel of this checkout in a fresh venv, a throwaway project with its own envir
 from __future__ import annotations
 
 import json
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.cli.user_project import UserSetup, build_user_image, installed_from, make_user_setup
+from tests.cli.user_project import (
+    OFFLINE_PIP,
+    UserSetup,
+    build_user_image,
+    installed_from,
+    make_user_setup,
+)
 from tests.launch.kube.engine import BASE_IMAGE, Engine, missing_tools, podman_engine
 
 pytestmark = pytest.mark.slow
@@ -82,16 +89,24 @@ def engine() -> Iterator[Engine]:
 @pytest.mark.timeout(3600)
 def test_build_puts_the_project_on_the_runtime_image(setup: UserSetup, engine: Engine) -> None:
     rows = build_user_image(setup, engine.url, base_image=BASE_IMAGE)
+    build_args = {"PYTHON_IMAGE": BASE_IMAGE, "PROJECT_PIP_ARGS": OFFLINE_PIP}
     user, status = rows["cpu"]
     assert status in ("built", "present") and user.startswith("mypkg/surreal-kube-cpu:")
     assert rows["cpu-runtime"][0].startswith("surreal-kube/runtime-cpu:")
-    # render in the same folder names the image build made (no flag repeated)
-    res = setup.run(
-        "render", "exp-user", "--env", setup.env_id, "-o", "json",
-        "--set", "images.cpu.build.repository=surreal-kube/runtime-cpu",
+    # the planner of that installation, in that folder, with those arguments, names the same
+    # tag (what render and create compute; without build arguments they need no flag at all)
+    plan = (
+        "import json; from surreal_kube.experiment.resolve import resolve_experiment; "
+        "from surreal_kube.launch.kube import images; "
+        f"print(json.dumps(images.references(images.plan_offline(resolve_experiment('exp-user'), "
+        f"keys=['cpu'], build_args={json.dumps(build_args)}))))"
+    )
+    done = subprocess.run(
+        [str(setup.python), "-c", plan], capture_output=True, text=True, cwd=setup.project,
+        env=setup.env(), timeout=120,
     )  # fmt: skip
-    assert res.returncode == 0, res.stderr
-    assert f'"image": "{user}"' in res.stdout
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == {"cpu": user}
     check = (
         "import json, mypkg.envs; from surreal_kube.envs.make import check_env; "
         "obs, act = check_env('gym:mypkg.envs:Tiny-v0', 'ppo'); "

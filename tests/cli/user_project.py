@@ -23,6 +23,8 @@ from pathlib import Path
 from tests.envs.userpkg import env_id, write_user_project
 
 ROOT = Path(__file__).resolve().parents[2]
+OFFLINE_PIP = "--no-index --no-build-isolation"
+"""PROJECT_PIP_ARGS of the offline user-image build (setuptools is in the runtime image)."""
 
 
 @dataclass(frozen=True)
@@ -164,7 +166,7 @@ def build_user_image(
     args = ["build", name, "--env", setup.env_id, "--engine", engine_url]
     if base_image is not None:
         args += ["--build-arg", f"PYTHON_IMAGE={base_image}"]
-    args += ["--build-arg", "PROJECT_PIP_ARGS=--no-index --no-build-isolation", *extra]
+    args += ["--build-arg", f"PROJECT_PIP_ARGS={OFFLINE_PIP}", *extra]
     done = setup.run(*args, timeout=3000)
     assert done.returncode == 0, done.stderr[-4000:]
     rows = [line.split("\t") for line in done.stdout.splitlines()]
