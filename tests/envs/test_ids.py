@@ -45,7 +45,7 @@ def test_bare_ids_are_pointed_to_the_prefix() -> None:
 
 def test_module_form_needs_an_importable_module() -> None:
     assert check_env_id("gym:gymnasium.envs:Ant-v5") == []
-    with pytest.raises(SpecError, match="module .nosuchmodule. cannot be imported here"):
+    with pytest.raises(SpecError, match="module 'nosuchmodule' cannot be imported here"):
         check_env_id("gym:nosuchmodule:Thing-v0")
 
 
