@@ -59,7 +59,9 @@ def build(
         list[str] | None,
         typer.Option(
             "--build-arg",
-            help="Dockerfile build argument NAME=VALUE (repeatable; part of the tag).",
+            help="Dockerfile build argument NAME=VALUE (repeatable): given to, and part of the "
+            "tag of, each image whose Dockerfile declares it; create and render, which take "
+            "none, then need --image KEY=REF.",
             show_default=False,
         ),
     ] = None,

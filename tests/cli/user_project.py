@@ -161,7 +161,9 @@ def build_user_image(
     python:3.11-slim, the runtime's pinned wheels come from the host's wheelhouse, and the
     project installs with `--no-index --no-build-isolation` (setuptools is in the runtime image).
     `extra`: more `build` arguments, e.g. `--load --containerd-address SOCK --ctr CTR` to put the
-    images into a node's containerd.
+    images into a node's containerd. Build arguments are part of the tag and `create` takes none:
+    run it in the same folder with `--image cpu=<rows["cpu"][0]>` (without build arguments, as a
+    user with a registry builds, `create` computes that tag itself).
     """
     args = ["build", name, "--env", setup.env_id, "--engine", engine_url]
     if base_image is not None:
