@@ -9,7 +9,10 @@ from __future__ import annotations
 import time
 
 import pytest
+import zmq
 
+from surreal_kube.comm import wire
+from surreal_kube.comm.sockets import make_socket
 from surreal_kube.runtime.context import env_step_share
 from surreal_kube.runtime.status import read_status
 
@@ -50,6 +53,8 @@ def _wait(predicate, timeout: float, what: str) -> None:
 def test_agents_stop_at_their_share_and_keep_it_across_restarts(local_run) -> None:
     run = local_run(SPEC)
     agents = [f"agents-{i}" for i in range(3)]
+    # tensorplex's socket, read by the test: on a cluster what the agents send there ends the run
+    sink = make_socket(zmq.PULL, bind=run.addresses["tensorplex"].bind)
     for name in ("replay", "replay-shard-0", "ps", "ps-shard-0", "learner", *agents):
         run.start(name)
     _wait(
@@ -57,6 +62,20 @@ def test_agents_stop_at_their_share_and_keep_it_across_restarts(local_run) -> No
         180,
         "every agent to take its share",
     )
+    said: dict[str, dict[str, float]] = {}
+
+    def every_agent_said_done() -> bool:
+        while sink.poll(0):
+            meta = wire.decode(sink.recv_multipart()).meta
+            if meta.get("grp") == "agents" and "agent/env_steps" in meta["vals"]:
+                said[meta["src"]] = meta["vals"]
+        return all(said.get(a, {}).get("agent/budget_done") == 1.0 for a in agents)
+
+    _wait(every_agent_said_done, 60, "every agent to say it took its share")
+    sink.close(0)
+    assert {a: said[a]["agent/env_steps"] for a in agents} == {
+        "agents-0": 101.0, "agents-1": 100.0, "agents-2": 100.0,
+    }  # fmt: skip
     per_agent = {}
     for name in agents:
         status = _status(run, name)
