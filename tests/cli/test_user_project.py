@@ -120,5 +120,7 @@ def test_build_puts_the_project_on_the_runtime_image(setup: UserSetup, engine: E
     out = json.loads(done.stdout.strip().splitlines()[-1])
     assert out["obs"] == [3] and out["actions"] == 2
     assert out["where"].startswith("/opt/surreal/lib/python3.11/site-packages/mypkg/")
+    arch = engine.podman("image", "inspect", "--format", "{{.Os}}/{{.Architecture}}", user)
+    assert arch.stdout.strip() == "linux/amd64"  # the default platform, whatever the host
     who = engine.podman("run", "--rm", "--network=none", user, "id", "-u")
     assert who.stdout.strip() == "10001"  # the user layer leaves the image non-root
