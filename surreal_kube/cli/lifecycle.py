@@ -429,6 +429,14 @@ def delete(
     wait: Annotated[
         bool, typer.Option("--wait", help="Cluster: return once every object is gone.")
     ] = False,
+    delete_data: Annotated[
+        bool,
+        typer.Option(
+            "--delete-data",
+            help="Cluster: remove the experiment's data volume (checkpoints, TensorBoard "
+            "events, logs, results) too; by default it is kept.",
+        ),
+    ] = False,
     timeout: Annotated[
         str,
         typer.Option(
@@ -446,7 +454,8 @@ def delete(
     Local: the experiment's folder goes too, with its results, checkpoints and learning curve, so
     delete asks first on a terminal; without a terminal it refuses (exit 2) unless --yes is
     given, or keeps the files with --keep-files. On a cluster, like kubectl delete, it does not
-    ask: one delete of the root object removes everything it owns.
+    ask: one delete of the root object removes everything it owns, except the data volume
+    (PersistentVolumeClaim <name>-data), which is kept unless --delete-data; delete says which.
 
     Examples:
 
@@ -455,6 +464,7 @@ def delete(
       surreal-kube delete exp-ppo-ant --local --yes
       surreal-kube delete exp-ppo-ant --local --keep-files
       surreal-kube delete exp-ppo-ant --wait -n rl
+      surreal-kube delete exp-ppo-ant --delete-data
     """
     seconds = so.parse_duration(timeout, "--timeout") or 0.0
     if not kv.is_local(name, local, root, kubeconfig, context, namespace):
@@ -470,8 +480,17 @@ def delete(
                 f"{name}: {len(left)} objects still there after {seconds:.0f}s: "
                 + ", ".join(left[:5])
             )
-        info(f"deleted {name} from namespace {found.namespace}" + (" (all gone)" if wait else ""))
+        from surreal_kube.launch.kube.storage import settle_data
+
+        data = settle_data(kube, name, found.namespace, delete_data=delete_data)
+        gone = " (all gone)" if wait else ""
+        info(f"deleted {name} from namespace {found.namespace}{gone}; {data}")
         return
+    if delete_data:
+        raise SpecError(
+            "--delete-data: a cluster option (the data volume); locally the folder goes "
+            "unless --keep-files"
+        )
     from surreal_kube.launch.local import backend
 
     exp = backend.find(name, root)

@@ -61,8 +61,17 @@ KWOK_NODE_ANNOTATION = "kwok.x-k8s.io/node"
 KWOK_CRDS = ("Logs", "ClusterLogs", "PortForward", "ClusterPortForward", "Exec", "ClusterExec")
 # Private work directories: tempdir/<prefix>XXXX, with the owning pid in owner.pid.
 WORKDIR_PREFIX = "surreal-kube-cp-"
-# The order processes start in; they stop in the reverse order.
-COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok")
+# The order processes start in; they stop in the reverse order. The provisioner
+# (provisioner.py, the default StorageClass's) is Python, run by this interpreter.
+COMPONENTS = (
+    "etcd",
+    "kube-apiserver",
+    "kube-controller-manager",
+    "kube-scheduler",
+    "kwok",
+    "provisioner",
+)
+PROVISIONER_SCRIPT = HERE / "provisioner.py"
 
 
 class ControlPlaneError(RuntimeError):
@@ -372,6 +381,7 @@ class ControlPlane:
                 self._start_etcd(deadline)
                 self._start_apiserver(deadline)
                 self._apply_kwok_crds()
+                self._create_storage_class()
                 self._start_controllers()
                 self._create_nodes()
                 self._wait_ready(deadline)
@@ -419,6 +429,8 @@ class ControlPlane:
         """All processes running and the API server ready."""
         if not self.procs or not all(_pid_runs(p.pid, p.exe) for p in self.procs):
             return False
+        if {p.name for p in self.procs} < set(COMPONENTS):
+            return False  # started by an older version (without the provisioner): not reused
         try:
             return self._get("/readyz", timeout=3) == b"ok"
         except OSError:
@@ -532,8 +544,13 @@ class ControlPlane:
         self.kubeconfig.write_text(json.dumps(config, indent=2))
         self.kubeconfig.chmod(0o600)
 
-    def _spawn(self, name: str, args: list[str]) -> None:
-        exe = str(self.binary(name))
+    @property
+    def volumes_dir(self) -> Path:
+        """Where the provisioner keeps the real node's volumes (removed with the workdir)."""
+        return self.workdir / "volumes"
+
+    def _spawn(self, name: str, args: list[str], exe: str | None = None) -> None:
+        exe = exe or str(self.binary(name))
         with open(self.log_dir / f"{name}.log", "ab") as log:
             popen = subprocess.Popen(
                 [exe, *args, *self.extra_args.get(name, ())],
@@ -609,6 +626,12 @@ class ControlPlane:
         for crd in docs:
             self.request("POST", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", crd)
 
+    def _create_storage_class(self) -> None:
+        """The default StorageClass `standard`, like kind's: RWO, WaitForFirstConsumer."""
+        from tests.cluster import provisioner
+
+        self.request("POST", "/apis/storage.k8s.io/v1/storageclasses", provisioner.storage_class())
+
     def _kube_args(self, port: str) -> list[str]:
         kc = str(self.kubeconfig)
         return [
@@ -654,6 +677,16 @@ class ControlPlane:
                 # node NotReady after its grace period (~50 s) and pods lose Ready for good
                 "--node-lease-duration-seconds=40",
             ],
+        )
+        self._spawn(
+            "provisioner",
+            [
+                str(PROVISIONER_SCRIPT),
+                f"--server={self.server}",
+                f"--pki={self.pki}",
+                f"--root={self.volumes_dir}",
+            ],
+            exe=sys.executable,
         )
 
     def _create_nodes(self) -> None:

@@ -14,6 +14,14 @@ message saying which component, what it asked for and what the largest pool offe
 what the profile says (or the nodes' allocatable when discovered), not what is free right now. An
 autoscaled pool (`maxCount` in the profile) counts its maximum number of nodes, so a GPU pool
 scaled to zero is a place to go, not a refusal.
+
+The experiment folder's users (profile.DATA_COMPONENTS: learner, tensorplex, loggerplex,
+tensorboard, evals) share one node when the volume is node-local (`ExperimentVolume.node_local`:
+the default ReadWriteOnce claim, or hostPath): they are placed as one bundle on the learner's pool
+(every pod of it on a single node, checked here) and tolerate that pool's taints (a GPU pool's
+too, when the learner needs a GPU); the pod template's podAffinity (render.py) puts them on the
+same node. A spec naming different pools for two of them is refused. With a ReadWriteMany claim
+or NFS each is placed on its own.
 """
 
 from __future__ import annotations
@@ -26,6 +34,7 @@ from surreal_kube.experiment.quantity import parse_memory
 from surreal_kube.experiment.spec import Experiment
 from surreal_kube.experiment.topology import Group, Topology
 from surreal_kube.launch.kube.profile import (
+    DATA_COMPONENTS,
     DEFAULT_POOL_LABEL,
     GPU_RESOURCE,
     ClusterProfile,
@@ -87,11 +96,19 @@ def place(exp: Experiment, topo: Topology, profile: ClusterProfile | None) -> di
     Without a profile (or one listing no pools) nothing can be checked: explicit pools become node
     selectors on the pool label and GPU pods tolerate the GPU taint; the rest is the scheduler's.
     """
+    data = data_groups(topo, profile)
+    bundle_pool = _bundle_pool_name(exp, data)
     if profile is None or not profile.pools:
         label = profile.pool_label if profile else DEFAULT_POOL_LABEL
-        return {g.name: _unchecked(exp, g, label) for g in topo.groups}
+        out = {g.name: _unchecked(exp, g, label) for g in topo.groups}
+        pool_name = bundle_pool[1] if bundle_pool else None
+        selector = {label: pool_name} if pool_name else {}
+        shared = (dict(GPU_TOLERATION),) if data and _bundle_shape(exp, data).gpus else ()
+        for g in data:
+            out[g.name] = Placement(g.name, pool_name, dict(selector), shared)
+        return out
     packer = _Packer(profile.pools)
-    out: dict[str, Placement] = {}
+    out = {}
     # GPU workloads first (they have the fewest places to go), singletons (learner, replay...)
     # before replicated agents and evals, then the largest.
     order = sorted(
@@ -103,12 +120,125 @@ def place(exp: Experiment, topo: Topology, profile: ClusterProfile | None) -> di
             g.name,
         ),
     )
+    data_names = {g.name for g in data}
+    if data:  # the bundle goes where its most demanding member would have gone
+        first = next(i for i, g in enumerate(order) if g.name in data_names)
+        order = [g for g in order if g.name not in data_names]
+        order.insert(first, data[0])
     for group in order:
-        shape = pod_shape(exp, group.component)
-        pool = _place_group(exp, profile, packer, group, shape)
+        if group.name in data_names:
+            pool = _place_bundle(exp, profile, packer, data, bundle_pool)
+            members = data
+        else:
+            shape = pod_shape(exp, group.component)
+            pool = _place_group(exp, profile, packer, group, shape)
+            members = [group]
         tolerations = tuple(t.toleration() for t in pool.node_taints)
-        out[group.name] = Placement(group.name, pool.name, profile.node_selector(pool), tolerations)
+        for g in members:
+            out[g.name] = Placement(g.name, pool.name, profile.node_selector(pool), tolerations)
     return {g.name: out[g.name] for g in topo.groups}
+
+
+def data_groups(topo: Topology, profile: ClusterProfile | None) -> list[Group]:
+    """The groups that must share the learner's node (empty when the volume is shared).
+
+    The learner first; see the module docstring.
+    """
+    from surreal_kube.launch.kube.profile import ExperimentVolume
+
+    volume = profile.experiment_volume if profile is not None else ExperimentVolume()
+    if not volume.node_local:
+        return []
+    groups = [g for g in topo.groups if g.component in DATA_COMPONENTS]
+    return sorted(groups, key=lambda g: g.component != "learner")
+
+
+def _bundle_pool_name(exp: Experiment, data: list[Group]) -> tuple[str, str] | None:
+    """(component, pool) the spec names for the bundle, if any (all that name one must agree)."""
+    named = {
+        g.component: exp.spec.placement[g.component]
+        for g in data
+        if exp.spec.placement.get(g.component) is not None
+    }
+    pools = sorted(set(named.values()))
+    if len(pools) > 1:
+        which = ", ".join(f"spec.placement.{c}={p!r}" for c, p in sorted(named.items()))
+        raise SpecError(
+            f"{which}: with a ReadWriteOnce experiment volume the learner, tensorplex, "
+            "loggerplex, tensorboard and evals share the learner's node (one pool): name the "
+            "same pool for all of them, or give the profile a ReadWriteMany volume "
+            "(experimentVolume.accessMode: ReadWriteMany on an RWX class, or kind: nfs)"
+        )
+    return next(iter(sorted(named.items(), key=lambda kv: kv[0] != "learner")), None)
+
+
+def _bundle_shape(exp: Experiment, data: list[Group]) -> PodShape:
+    shapes = [(pod_shape(exp, g.component), g.replicas) for g in data]
+    return PodShape(
+        sum(s.millicpu * n for s, n in shapes),
+        sum(s.memory * n for s, n in shapes),
+        sum(s.gpus * n for s, n in shapes),
+    )
+
+
+_SPREAD_HINT = (
+    "; give them less (spec.resources), fewer evals, or use a ReadWriteMany volume "
+    "(experimentVolume.accessMode: ReadWriteMany on an RWX class, or kind: nfs) so that they "
+    "may spread over nodes"
+)
+
+
+def _place_bundle(
+    exp: Experiment,
+    profile: ClusterProfile,
+    packer: _Packer,
+    data: list[Group],
+    named: tuple[str, str] | None,
+) -> NodePool:
+    """One node of one pool for every pod of the data groups (see the module docstring)."""
+    shape = _bundle_shape(exp, data)
+    pods = sum(g.replicas for g in data)
+    members = ", ".join(_taken(g, pod_shape(exp, g.component)) for g in data)
+    who = (
+        f"learner with the pods that share its node (the experiment volume is ReadWriteOnce: "
+        f"{members}; together {shape.describe()})"
+    )
+    if named is not None:
+        component, name = named
+        pool = profile.pool(name)
+        if pool is None:
+            known = ", ".join(p.name for p in profile.pools)
+            raise SpecError(
+                f"spec.placement.{component}: no node pool {name!r} in the cluster profile; "
+                f"pools: {known}"
+            )
+        if not packer.pack(pool, 1, shape, members, slots=pods):
+            raise SpecError(
+                f"cannot place {who} on node pool {pool.name!r}: a node of {pool.name} offers "
+                f"{_offer(pool)}{_left_note(packer, pool)}{_SPREAD_HINT}"
+            )
+        return pool
+    candidates = _candidates(profile, shape)
+    for pool in candidates:
+        if packer.pack(pool, 1, shape, members, slots=pods):
+            return pool
+    fits = [p for p in profile.pools if _fits_node(p, shape)]
+    if fits and not candidates:
+        raise SpecError(
+            f"cannot place {who}: only tainted node pools have nodes that large "
+            f"({', '.join(p.name for p in fits)}): name one in spec.placement.learner to use it"
+        )
+    if not fits:
+        largest = _largest(profile.pools, shape)
+        raise SpecError(
+            f"cannot place {who}: no node pool has a node that large; the largest, "
+            f"{largest.name}, offers {_offer(largest)} per node{_SPREAD_HINT}"
+        )
+    best = _largest(candidates, shape)
+    raise SpecError(
+        f"cannot place {who}: no node has that much left; the largest pool for them, "
+        f"{best.name}, offers {_offer(best)} per node{_left_note(packer, best)}{_SPREAD_HINT}"
+    )
 
 
 def _unchecked(exp: Experiment, group: Group, pool_label: str) -> Placement:
@@ -116,6 +246,11 @@ def _unchecked(exp: Experiment, group: Group, pool_label: str) -> Placement:
     selector = {pool_label: pool} if pool else {}
     gpus = pod_shape(exp, group.component).gpus
     return Placement(group.name, pool, selector, (dict(GPU_TOLERATION),) if gpus else ())
+
+
+def _left_note(packer: _Packer, pool: NodePool) -> str:
+    used = packer.used_by(pool)
+    return f" (already placed there: {', '.join(used)})" if used else ""
 
 
 def _fits_node(pool: NodePool, shape: PodShape) -> bool:
@@ -277,8 +412,13 @@ class _Packer:
         }
         self.placed: dict[str, list[str]] = {p.name: [] for p in pools}
 
-    def pack(self, pool: NodePool, replicas: int, shape: PodShape, who: str = "") -> bool:
-        """Put `replicas` pods on `pool` if they all fit; leave the pool untouched if not."""
+    def pack(
+        self, pool: NodePool, replicas: int, shape: PodShape, who: str = "", slots: int = 1
+    ) -> bool:
+        """Put `replicas` pods on `pool` if they all fit; leave the pool untouched if not.
+
+        slots: pod slots each takes (a bundle of pods that must share a node is one unit).
+        """
         nodes = [list(n) for n in self.free[pool.name]]
         left = replicas
         for node in nodes:
@@ -288,13 +428,13 @@ class _Packer:
                 node[0] // shape.millicpu if shape.millicpu else left,
                 node[1] // shape.memory if shape.memory else left,
                 node[2] // shape.gpus if shape.gpus else left,
-                node[3],
+                node[3] // slots,
                 left,
             )
             node[0] -= fit * shape.millicpu
             node[1] -= fit * shape.memory
             node[2] -= fit * shape.gpus
-            node[3] -= fit
+            node[3] -= fit * slots
             left -= fit
         if left:
             return False

@@ -12,9 +12,10 @@ The node-pool shape is the one the test control plane uses for its simulated poo
         memory: 64Gi
         gpus: 4                 # nvidia.com/gpu per node; GKE taints such nodes
     registry: us-docker.pkg.dev/my-project/surreal   # where built images are pushed
-    experimentVolume:
+    experimentVolume:              # default: a 10Gi ReadWriteOnce claim on the default class
       kind: persistentVolumeClaim
       storageClassName: standard-rwx
+      accessMode: ReadWriteMany    # data pods may spread over nodes (RWX classes only)
 """
 
 from __future__ import annotations
@@ -135,8 +136,23 @@ def to_millicpu(text: str) -> int:
     return ceil(round(parse_cpu(text) * 1000, 6))
 
 
+DATA_COMPONENTS = ("learner", "tensorplex", "loggerplex", "tensorboard", "eval")
+"""Components whose pods read or write the experiment folder, and what each keeps there: the
+learner its checkpoints (and it reads the evals' status files); tensorplex the TensorBoard event
+files and the end-of-run results; loggerplex the log files; tensorboard reads the event files;
+evals write their videos and status files. Agents, replay and ps only write status files that
+nothing reads on a cluster (progress comes from the `<exp>-progress` ConfigMap): they get an
+emptyDir at the same path, so their processes are unchanged and need no shared volume."""
+
+
 class ExperimentVolume(SpecModel):
-    """Where the experiment folder (checkpoints, TensorBoard logs) lives; it outlives pods."""
+    """Where the experiment folder (checkpoints, TensorBoard logs) lives; it outlives pods.
+
+    Only the data components (DATA_COMPONENTS) mount it. The default is a ReadWriteOnce claim,
+    which every cluster's default StorageClass can serve (GKE's standard-rwo, kind's local-path):
+    the data pods then share one node, the learner's (`node_local`). A ReadWriteMany claim
+    (Filestore, an NFS provisioner) or `kind: nfs` lets them spread over nodes.
+    """
 
     kind: Literal["persistentVolumeClaim", "nfs", "hostPath", "emptyDir"] = Field(
         "persistentVolumeClaim",
@@ -147,11 +163,15 @@ class ExperimentVolume(SpecModel):
         None, description="persistentVolumeClaim: storage class; null: the cluster default"
     )
     access_mode: Literal["ReadWriteMany", "ReadWriteOnce", "ReadWriteOncePod"] = Field(
-        "ReadWriteMany",
-        description="persistentVolumeClaim: pods on several nodes share the folder, so RWX",
+        "ReadWriteOnce",
+        description="persistentVolumeClaim: ReadWriteOnce (any class; the pods that use the "
+        "folder share the learner's node) or ReadWriteMany (an RWX class such as Filestore or "
+        "NFS; they may spread over nodes)",
     )
     retain: bool = Field(
-        False, description="persistentVolumeClaim: keep the claim when the experiment is deleted"
+        True,
+        description="persistentVolumeClaim: keep the claim (the data) when the experiment is "
+        "deleted, unless `delete --delete-data`; false: the claim goes with the experiment",
     )
     server: str | None = Field(None, description="nfs: server address")
     path: str | None = Field(
@@ -171,7 +191,29 @@ class ExperimentVolume(SpecModel):
             raise ValueError("experimentVolume: kind nfs needs server and path")
         if self.kind == "hostPath" and not self.path:
             raise ValueError("experimentVolume: kind hostPath needs path")
+        if self.kind == "persistentVolumeClaim" and self.access_mode == "ReadWriteOncePod":
+            raise ValueError(
+                "experimentVolume.accessMode: ReadWriteOncePod lets one pod use the folder, but "
+                "the learner, tensorplex, loggerplex, tensorboard and evals all do; use "
+                "ReadWriteOnce (they share the learner's node) or ReadWriteMany"
+            )
         return self
+
+    @property
+    def node_local(self) -> bool:
+        """Whether the folder can be used from one node only, so its users share that node.
+
+        A ReadWriteOnce claim attaches to one node; a hostPath is a different folder on each
+        node. NFS and ReadWriteMany claims are shared by every node; emptyDir by no one (each
+        pod has its own, for tests that need no data kept).
+        """
+        if self.kind == "persistentVolumeClaim":
+            return self.access_mode != "ReadWriteMany"
+        return self.kind == "hostPath"
+
+    def mounts(self, component: str) -> bool:
+        """Whether pods of `component` mount the experiment folder (else an emptyDir)."""
+        return self.kind == "emptyDir" or component in DATA_COMPONENTS
 
 
 class ClusterProfile(SpecModel):

@@ -4,7 +4,18 @@ One template per kind (package data under `templates/`); this module computes ev
 templates print and nothing else decides a name, a port or an address:
 
 - a ConfigMap `<exp>-config` with the resolved spec, mounted read-only (SURREAL_CONFIG);
-- the experiment volume (a PersistentVolumeClaim `<exp>-data`, or what the profile configures);
+- the experiment volume (a PersistentVolumeClaim `<exp>-data`, or what the profile configures).
+  Who writes what there: the learner its checkpoints (and it reads the evals' status files),
+  tensorplex the TensorBoard event files and the end-of-run results, loggerplex the logs,
+  tensorboard reads the events, evals write videos and status files. Only those pods mount it
+  (profile.DATA_COMPONENTS); agents, replay and ps get an emptyDir at the same path for their
+  status files, which nothing reads on a cluster. So the default claim is ReadWriteOnce, which
+  any default StorageClass serves, and the pods that mount it carry the label `surreal.ai/data`
+  and a required podAffinity to pods with it (topologyKey kubernetes.io/hostname): the first to
+  be scheduled goes where placement says, the others join it, and a restarted learner comes
+  back to the node that holds the volume. With a ReadWriteMany claim or NFS there is no
+  affinity and they may spread. The claim is not owned unless the profile says `retain: false`,
+  so the data outlives `delete` (which says so) unless `delete --delete-data`;
 - the progress channel: a ConfigMap `<exp>-progress` (no data until tensorplex writes its record)
   and the ServiceAccount, Role and RoleBinding `<exp>-reporter` that allow `get`/`patch` on that
   one object; only the tensorplex container mounts that account's token (a projected volume).
@@ -42,6 +53,7 @@ from surreal_kube.launch.kube.gpus import ContainerGPUs, container_gpus
 from surreal_kube.launch.kube.ownership import RETAIN_ANNOTATION, owner_reference
 from surreal_kube.launch.kube.placement import (
     Placement,
+    data_groups,
     format_cpu,
     format_memory,
     place,
@@ -62,6 +74,9 @@ REPORTER_VERBS = ["get", "patch"]
 REPORTER_ROLE = "tensorplex"
 """The role that writes the progress record (it receives every role's metrics)."""
 TOKEN_SECONDS = 3600
+DATA_LABEL = "surreal.ai/data"
+"""On the pods that mount a node-local experiment volume: their podAffinity selects it."""
+HOSTNAME_TOPOLOGY = "kubernetes.io/hostname"
 SAFE_TO_EVICT_ANNOTATION = "cluster-autoscaler.kubernetes.io/safe-to-evict"
 PINNED_COMPONENTS = ("learner", "replay")
 """Pods the cluster autoscaler must not evict to shrink a node: the learner loses every
@@ -155,7 +170,8 @@ def render_experiment(
             files (`images.planned_references`, which needs the build context on disk).
         profile: the cluster profile: node pools (placement is checked, SpecError if it cannot
             fit), experiment volume, registry, pull secrets. None: nothing is checked and the
-            defaults apply (a ReadWriteMany PVC, GPU pods tolerate the GPU taint).
+            defaults apply (a ReadWriteOnce PVC whose users share the learner's node, GPU pods
+            tolerate the GPU taint).
         topology, placements: already computed from this experiment and profile (`plan.py`
             computes each once per create, dry-run or reconcile); None: computed here.
     """
@@ -383,6 +399,8 @@ class _Context:
         self.placements = placements
         self.volume = profile.experiment_volume
         self.addresses = topo.addresses_kube(namespace, profile.cluster_domain)
+        self.together = {g.name for g in data_groups(topo, profile)}
+        """Groups that share the node of a node-local volume (empty when it is shared)."""
 
     def _labels(self, group: str | None = None) -> dict[str, str]:
         return naming.labels(self.name, group, self.exp.metadata.labels)
@@ -473,11 +491,18 @@ class _Context:
         path = volume.path
         if volume.kind == "hostPath" and path:
             path = f"{path.rstrip('/')}/{self.name}"
-        reports = self.profile.progress_reporter and any(
-            p.role == REPORTER_ROLE for p in processes
-        )
+        kind = volume.kind if volume.mounts(group.component) else "emptyDir"
+        labels = self._labels(group.name)
+        affinity = None
+        if group.name in self.together:
+            labels[DATA_LABEL] = "true"
+            affinity = {
+                "labels": {naming.EXPERIMENT_LABEL: self.name, DATA_LABEL: "true"},
+                "topology_key": HOSTNAME_TOPOLOGY,
+            }
+        reports = self.profile.progress_reporter and any(p.role == REPORTER_ROLE for p in processes)
         return {
-            "labels": self._labels(group.name),
+            "labels": labels,
             "annotations": self._pod_annotations(group),
             "containers": containers,
             "image": self.images[image_key(self.exp, group.component)],
@@ -485,15 +510,16 @@ class _Context:
             "grace_seconds": 60 if group.component == "learner" else 30,
             "node_selector": placement.node_selector,
             "tolerations": list(placement.tolerations),
+            "affinity": affinity,
             "pull_secrets": list(self.profile.image_pull_secrets),
             "config_dir": CONFIG_DIR,
             "config_map": naming.config_name(self.name),
             "service_account": naming.reporter_name(self.name) if reports else None,
             "reporter": {"dir": REPORTER_DIR, "seconds": TOKEN_SECONDS} if reports else None,
             "volume": {
-                "kind": volume.kind,
+                "kind": kind,
                 "mount_path": volume.mount_path,
-                "sub_path": sub_path,
+                "sub_path": sub_path if kind == "nfs" else None,
                 "claim": naming.data_name(self.name),
                 "server": volume.server,
                 "path": path,

@@ -54,6 +54,9 @@ def test_server_side_dry_run_of_the_matrix(case: str, kube: Kube, kube_namespace
     stored = create_objects(kube, objects, kube_namespace, dry_run=True)
     assert [o["kind"] for o in stored] == [o["kind"] for o in objects]
     for obj in stored[1:]:
+        if obj["kind"] == "PersistentVolumeClaim":  # kept by default: data outlives delete
+            assert "ownerReferences" not in obj["metadata"]
+            continue
         assert obj["metadata"]["ownerReferences"][0]["name"] == "exp-matrix-config"
     assert (
         kube.list(
@@ -134,7 +137,14 @@ def test_applied_experiment_schedules_wires_and_deletes(
     profile: ClusterProfile = discovered.model_copy(
         update={
             "experiment_volume": profile_from_dict(
-                {"experimentVolume": {"storageClassName": volume_class}}
+                # shared by nodes (each pod where its pool says) and owned by the root
+                {
+                    "experimentVolume": {
+                        "storageClassName": volume_class,
+                        "accessMode": "ReadWriteMany",
+                        "retain": False,
+                    }
+                }
             ).experiment_volume
         }
     )

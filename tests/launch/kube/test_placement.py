@@ -11,6 +11,7 @@ from surreal_kube.experiment.resolve import experiment_topology, resolve_experim
 from surreal_kube.launch.kube.placement import format_cpu, format_memory, place
 from surreal_kube.launch.kube.profile import (
     ClusterProfile,
+    ExperimentVolume,
     load_profile,
     merge_pools,
     pools_from_nodes,
@@ -29,8 +30,11 @@ GPU_TOLERATION = {
 
 @pytest.fixture
 def profile() -> ClusterProfile:
-    """The test control plane's own pools file is a valid profile."""
-    return load_profile(KWOK_POOLS)
+    """The test control plane's own pools file is a valid profile; with a ReadWriteMany volume
+    each component is placed on its own (the ReadWriteOnce bundle: tests/launch/kube/
+    test_storage.py)."""
+    rwx = ExperimentVolume(access_mode="ReadWriteMany")
+    return load_profile(KWOK_POOLS).model_copy(update={"experiment_volume": rwx})
 
 
 def placed(sets: list[str], profile: ClusterProfile | None) -> dict:
