@@ -94,8 +94,9 @@ def test_preflight_refuses_more_gpus_than_the_cluster_has(kube_cluster: Any) -> 
         "memory 8Gi, nvidia.com/gpu 8 in total) do not fit the node pools: the largest pool for "
         "it, gpu-pool, has 2 nodes of cpu 16, memory 64Gi, nvidia.com/gpu 4, 110 pods each (cpu "
         "32, memory 128Gi, nvidia.com/gpu 8 in total); already placed there: learner (cpu 2, "
-        "memory 4Gi, nvidia.com/gpu 1); what fits there: 7 agents (7 pods of 1 agent), "
-        "nvidia.com/gpu 7 of the 7 left"
+        "memory 4Gi, nvidia.com/gpu 1), tensorplex (cpu 250m, memory 512Mi), loggerplex (cpu "
+        "250m, memory 512Mi), tensorboard (cpu 250m, memory 512Mi), evals (cpu 500m, memory "
+        "1Gi); what fits there: 7 agents (7 pods of 1 agent), nvidia.com/gpu 7 of the 7 left"
     )
 
 
