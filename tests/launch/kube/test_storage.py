@@ -328,3 +328,52 @@ def test_delete_keeps_the_data_and_says_so_unless_asked(
         "exp-drop-data deleted)"
     ), res.stderr
     wait_for("the claim gone", lambda: claim_phase(kube, "exp-drop") is None, timeout=60)
+
+
+@pytest.mark.cluster
+def test_credentials_that_cannot_read_classes_skip_the_check(
+    kube_cluster: Any, kube: Kube, kube_namespace: str, tmp_path: Path
+) -> None:
+    """The namespaced `edit` role may not read StorageClasses: pre-flight says nothing then
+    (the admin is refused the same request), rather than refusing every experiment."""
+    import json
+
+    from surreal_kube.launch.kube.profile import ExperimentVolume
+    from surreal_kube.launch.kube.storage import check_storage
+
+    ns = kube_namespace
+    kube.create({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "user"}})
+    kube.create(
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "RoleBinding",
+            "metadata": {"name": "user-edit"},
+            "roleRef": {
+                "apiGroup": "rbac.authorization.k8s.io",
+                "kind": "ClusterRole",
+                "name": "edit",
+            },
+            "subjects": [{"kind": "ServiceAccount", "name": "user", "namespace": ns}],
+        }
+    )
+    token = kube.raw(
+        "POST",
+        f"/api/v1/namespaces/{ns}/serviceaccounts/user/token",
+        body={"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {}},
+    )["status"]["token"]
+    config = json.loads(Path(kube_cluster.kubeconfig).read_text())
+    config["users"] = [{"name": "user", "user": {"token": token}}]
+    config["contexts"][0]["context"] = {
+        "cluster": config["clusters"][0]["name"],
+        "user": "user",
+        "namespace": ns,
+    }
+    path = tmp_path / "user.kubeconfig"
+    path.write_text(json.dumps(config))
+    path.chmod(0o600)
+    rwx = ExperimentVolume(access_mode="ReadWriteMany")
+    with pytest.raises(SpecError, match="makes ReadWriteOnce volumes only"):
+        check_storage(kube, rwx, "exp-edit")
+    with Kube(kubeconfig=path) as user:
+        assert user.namespace == ns
+        check_storage(user, rwx, "exp-edit")  # cannot look: passes, as before pre-flight
