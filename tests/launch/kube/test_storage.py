@@ -377,3 +377,20 @@ def test_credentials_that_cannot_read_classes_skip_the_check(
     with Kube(kubeconfig=path) as user:
         assert user.namespace == ns
         check_storage(user, rwx, "exp-edit")  # cannot look: passes, as before pre-flight
+
+
+def test_delete_data_is_a_cluster_option(tmp_path: Path) -> None:
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "SURREAL_KUBE_ROOT": str(tmp_path)}
+    res = subprocess.run(
+        [sys.executable, "-m", "surreal_kube.cli.main", "delete", "exp-x", "--local", "--delete-data"],
+        capture_output=True, text=True, timeout=60, env=env,
+    )  # fmt: skip
+    assert res.returncode == 2 and res.stdout == "", res.stderr
+    assert res.stderr == (
+        "error: --delete-data: a cluster option (the data volume); locally the folder goes unless "
+        "--keep-files\n"
+    )
