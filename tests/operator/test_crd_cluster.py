@@ -66,9 +66,15 @@ def with_spec(name: str, **changes: Any) -> dict[str, Any]:
         ({"resources": {"agent": {"memory": "512m"}}}, "spec.resources[agent].memory",
          "in bytes"),
         ({"agents__count": 100_001}, "spec.agents.count", "less than or equal to 100000"),
+        ({"profile": {"imagePullSecrets": "regcred"}}, "spec.profile.imagePullSecrets",
+         "expected list"),
+        ({"profile": {"experimentVolume": {"kind": "ceph"}}},
+         "spec.profile.experimentVolume.kind", "Unsupported value"),
+        ({"profile": {"storageClass": "fast"}}, "spec.profile.storageClass", "not declared"),
     ],
     ids=["batch", "start-sampling", "ppo-fifo", "env-id", "many-kwargs",
-         "resources-key", "placement-key", "cpu", "memory", "agents-max"],
+         "resources-key", "placement-key", "cpu", "memory", "agents-max",
+         "profile-secrets", "profile-volume", "profile-unknown"],
 )  # fmt: skip
 def test_kubectl_apply_of_what_the_operator_cannot_run_is_refused_naming_the_field(
     kube_cluster: Any,
@@ -94,8 +100,14 @@ def test_the_valid_and_the_scale_ones_are_accepted(
         agents__batch=10,
         resources={"agent": {"cpu": 10, "memory": "10Gi"}, "learner": {"cpu": "500m"}},
         env__kwargs={"ctrl_cost_weight": 0.1, "render_mode": None, "terminate": True},
+        profile={
+            "pools": [{"name": "cpu-pool", "count": 4, "cpu": 8, "memory": "32Gi"}],
+            "imagePullSecrets": ["regcred"],
+            "experimentVolume": {"kind": "persistentVolumeClaim", "storageClassName": "fast"},
+        },
     )
     res = apply(kube_cluster, crd_namespace, tmp_path, obj)
     assert res.returncode == 0, res.stderr
     stored = connect(kube_cluster, crd_namespace).get(EXPERIMENT, "exp-big")
     assert stored["spec"]["agents"]["count"] == 10_000
+    assert stored["spec"]["profile"]["pools"][0]["cpu"] == 8  # a quantity, as in a pod spec

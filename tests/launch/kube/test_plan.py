@@ -204,7 +204,9 @@ def test_merge_profiles_is_key_by_key_and_a_bad_profile_names_its_field() -> Non
     assert merged is not None and merged.experiment_volume.kind == "emptyDir"
     assert merged.experiment_volume.server is None  # the key is replaced whole
     assert merge_profiles(base, None) is base
-    with pytest.raises(SpecError, match=r"spec\.profile: experimentVolume: .*kind nfs needs server and path"):
+    with pytest.raises(
+        SpecError, match=r"spec\.profile: experimentVolume: .*kind nfs needs server and path"
+    ):
         merge_profiles(None, {"experimentVolume": {"kind": "nfs"}})
     obj = experiment_object(resolve_experiment("exp-bad"), "rl")
     obj["spec"]["profile"] = ["not", "a", "mapping"]
@@ -224,3 +226,51 @@ def test_the_crd_validates_spec_profile_as_a_profile() -> None:
     assert set(schema["properties"]) >= {"pools", "experimentVolume", "imagePullSecrets"}
     pool = schema["properties"]["pools"]["items"]["properties"]
     assert pool["cpu"]["x-kubernetes-int-or-string"] is True
+
+
+# --------------------------------------------------------------------------- on the cluster
+
+
+@pytest.mark.cluster
+def test_a_create_through_the_operator_plans_once_here_and_once_in_the_operator(
+    kube_cluster: Any,
+    kube_namespace: str,
+    calls: collections.Counter[str],
+    tmp_path: Path,
+) -> None:
+    from surreal_kube.launch.kube.client import EXPERIMENT
+    from tests.operator.support import TINY, connect, ensure_crd
+
+    kube = connect(kube_cluster, kube_namespace)
+    ensure_crd(kube)
+    cli_profile, operator_profile = files(tmp_path)
+    name = "exp-counted"
+    argv = ["create", name, "-n", kube_namespace, "--profile", str(cli_profile), *IMAGE_ARGS]
+    argv += ["--kubeconfig", str(kube_cluster.kubeconfig)]  # in this process: not $KUBECONFIG
+    code, _, err = cli([*argv, *TINY, "--no-wait"])
+    assert code == 0, err
+    assert "through the operator" in err
+    assert calls == {
+        "make_plan": 1,
+        "experiment_topology": 1,
+        "resolve_images": 1,
+        "render_text": 1,
+    }
+    # the operator's reconcile of what the CLI applied: one plan, rendered once, with the
+    # CLI's profile (its own says otherwise)
+    calls.clear()
+    obj = kube.get(EXPERIMENT, name)
+    config = reconcile.Config(profile=load_profile(operator_profile))
+    reconcile.apply_experiment(kube, obj, config)
+    assert calls == {"make_plan": 1, "experiment_topology": 1, "render_text": 1}
+    workloads = [
+        o
+        for kind in ("Deployment", "StatefulSet")
+        for o in kube.list(kube.resource_for("apps/v1", kind), kube_namespace)
+    ]
+    assert workloads
+    for workload in workloads:
+        spec = workload["spec"]["template"]["spec"]
+        assert spec["imagePullSecrets"] == [{"name": "cli-secret"}]
+        (ref,) = workload["metadata"]["ownerReferences"]
+        assert ref["uid"] == obj["metadata"]["uid"]
