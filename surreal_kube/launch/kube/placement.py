@@ -196,6 +196,10 @@ def _place_bundle(
     named: tuple[str, str] | None,
 ) -> NodePool:
     """One node of one pool for every pod of the data groups (see the module docstring)."""
+    for g in data:  # one pod too large for any node alone: the usual words, about it alone
+        alone = pod_shape(exp, g.component)
+        if not any(_fits_node(p, alone) for p in profile.pools):
+            _place_group(exp, profile, _Packer(profile.pools), g, alone)
     shape = _bundle_shape(exp, data)
     pods = sum(g.replicas for g in data)
     members = ", ".join(_taken(g, pod_shape(exp, g.component)) for g in data)
