@@ -101,5 +101,27 @@ def test_a_waiting_learner_beats_and_a_stuck_one_fails_the_probe(local_run, tmp_
         assert "the main loop is stuck" in res.stderr
     finally:
         learner.send_signal(signal.SIGCONT)
-    code, _ = run.terminate("learner", timeout=60)
-    assert code == 0
+    learner.send_signal(signal.SIGTERM)
+    try:
+        assert learner.wait(60) == 0
+    except subprocess.TimeoutExpired:
+        # seen once with a load average of 31: say where each thread was before killing it
+        where = _threads(learner.pid)
+        learner.kill()
+        learner.wait()
+        raise AssertionError(
+            f"learner still running 60 s after SIGTERM; threads: {where}\n"
+            f"{log.read_text(errors='replace')}"
+        ) from None
+
+
+def _threads(pid: int) -> dict[str, str]:
+    out = {}
+    for task in Path(f"/proc/{pid}/task").glob("*"):
+        try:
+            name = (task / "comm").read_text().strip()
+            state = (task / "stat").read_text().split(") ")[-1][:1]
+            out[f"{task.name} {name}"] = f"{state} {(task / 'wchan').read_text()}"
+        except OSError:
+            continue
+    return out
