@@ -484,7 +484,9 @@ def delete(
 
         data = settle_data(kube, name, found.namespace, delete_data=delete_data)
         gone = " (all gone)" if wait else ""
-        info(f"deleted {name} from namespace {found.namespace}{gone}; {data}")
+        info(
+            f"deleted {name} from namespace {found.namespace}{gone}" + (f"; {data}" if data else "")
+        )
         return
     if delete_data:
         raise SpecError(

@@ -113,17 +113,18 @@ def _listing(by_name: Mapping[str, Any], defaults: list[str]) -> str:
     return f"classes: {names}" + (f"; default: {defaults[0]}" if defaults else "")
 
 
-def settle_data(kube: Kube, experiment: str, namespace: str, *, delete_data: bool) -> str:
+def settle_data(kube: Kube, experiment: str, namespace: str, *, delete_data: bool) -> str | None:
     """What became of the experiment's data after its root was deleted, in words for `delete`.
 
     delete_data: remove a kept claim too. A claim without the retain annotation is owned by the
-    root and goes with it.
+    root and goes with it. None when there is no claim (an NFS share or a node's path keeps its
+    folder, an emptyDir had nothing to keep): nothing to say that delete knows.
     """
     name = naming.data_name(experiment)
     claim = kube.get_or_none(CLAIM, name, namespace)
     labels = ((claim or {}).get("metadata") or {}).get("labels") or {}
     if claim is None or labels.get(naming.EXPERIMENT_LABEL) != experiment:
-        return "no data volume"
+        return None
     if delete_data or not is_retained(claim):
         if delete_data:
             kube.delete(CLAIM, name, namespace, propagation="Background")

@@ -331,6 +331,20 @@ def test_delete_keeps_the_data_and_says_so_unless_asked(
 
 
 @pytest.mark.cluster
+def test_delete_says_nothing_of_data_it_does_not_hold(
+    kube_cluster: Any, kube: Kube, kube_namespace: str, tmp_path: Path
+) -> None:
+    ns, profile = kube_namespace, tmp_path / "profile.yaml"
+    profile.write_text("experimentVolume: {kind: emptyDir}\n")
+    args = ["create", "exp-none", "-n", ns, "--direct", "--profile", str(profile)]
+    res = sk(kube_cluster, *args, *IMAGE_ARGS, *TINY)
+    assert res.returncode == 0, res.stderr
+    res = sk(kube_cluster, "delete", "exp-none", "--wait", "-n", ns)
+    assert res.returncode == 0, res.stderr
+    assert res.stderr.strip().endswith(f"deleted exp-none from namespace {ns} (all gone)")
+
+
+@pytest.mark.cluster
 def test_credentials_that_cannot_read_classes_skip_the_check(
     kube_cluster: Any, kube: Kube, kube_namespace: str, tmp_path: Path
 ) -> None:
