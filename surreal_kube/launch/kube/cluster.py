@@ -34,6 +34,7 @@ from surreal_kube.experiment.resolve import (
     validate_document,
 )
 from surreal_kube.experiment.spec import Experiment
+from surreal_kube.experiment.topology import Topology
 from surreal_kube.launch.kube import apply, naming
 from surreal_kube.launch.kube.client import (
     EXPERIMENT,
@@ -189,9 +190,7 @@ def effective_profile(
         try:
             profile = discover_pools(kube, base=profile)
             if autoscaled:  # a pool scaled to zero has no node: its declaration says it exists
-                profile = profile.model_copy(
-                    update={"pools": merge_pools(profile.pools, declared)}
-                )
+                profile = profile.model_copy(update={"pools": merge_pools(profile.pools, declared)})
         except LaunchError as exc:
             if autoscaled:
                 log.info("cannot read the nodes (%s): the profile's pools alone", exc)
@@ -273,13 +272,16 @@ def plan_create(
     from surreal_kube.launch.kube.plan import make_plan
 
     prof = effective_profile(kube, profile, check_fit=preflight)
-    if preflight:  # a claim its class cannot serve would leave every data pod Pending
-        from surreal_kube.launch.kube.storage import check_storage
+    via_operator = not direct and kube.has_experiment_crd()
+    if preflight:  # storage.py: data of an earlier run; a claim its class cannot serve
+        from surreal_kube.launch.kube.storage import check_kept_claim, check_storage
 
-        volume = (prof or profile or ClusterProfile()).experiment_volume
-        check_storage(kube, volume, exp.metadata.name)
+        check_kept_claim(kube, exp.metadata.name, kube.namespace)
+        if profile is not None or not via_operator:  # else the operator's profile's volume
+            volume = (prof or ClusterProfile()).experiment_volume
+            check_storage(kube, volume, exp.metadata.name)
     plan = make_plan(exp, kube.namespace, profile=prof, images=images)
-    plan.via_operator = not direct and kube.has_experiment_crd()
+    plan.via_operator = via_operator
     plan.profile_choice = profile
     return plan
 
@@ -435,13 +437,13 @@ def list_found(
 # --------------------------------------------------------------------------- status
 
 
-def desired_groups(exp: Experiment) -> dict[str, int]:
-    """group -> pods wanted."""
-    return {g.name: g.replicas for g in experiment_topology(exp).groups}
+def desired_groups(exp: Experiment, topo: Topology | None = None) -> dict[str, int]:
+    """group -> pods wanted (topo: the plan's, when there is one)."""
+    return {g.name: g.replicas for g in (topo or experiment_topology(exp)).groups}
 
 
-def requested_gpus(exp: Experiment) -> int:
-    topo = experiment_topology(exp)
+def requested_gpus(exp: Experiment, topo: Topology | None = None) -> int:
+    topo = topo or experiment_topology(exp)
     return sum(g.replicas * exp.spec.component_resources(g.component).gpu for g in topo.groups)
 
 
@@ -552,7 +554,8 @@ def wait_running(
     via_operator = found_or_plan.via_operator
     name = exp.metadata.name
     start = time.monotonic()
-    desired, gpus = desired_groups(exp), requested_gpus(exp)
+    topo = found_or_plan.topology if isinstance(found_or_plan, Plan) else experiment_topology(exp)
+    desired, gpus = desired_groups(exp, topo), requested_gpus(exp, topo)
     reported: dict[str, Any] = {}
     asked = -poll
     with PodWatch(kube, namespace, naming.experiment_selector(name)) as pods:

@@ -274,3 +274,24 @@ def test_a_create_through_the_operator_plans_once_here_and_once_in_the_operator(
         assert spec["imagePullSecrets"] == [{"name": "cli-secret"}]
         (ref,) = workload["metadata"]["ownerReferences"]
         assert ref["uid"] == obj["metadata"]["uid"]
+
+
+@pytest.mark.cluster
+def test_a_direct_create_that_waits_for_running_plans_once(
+    kube_cluster: Any, kube_namespace: str, calls: collections.Counter[str], tmp_path: Path
+) -> None:
+    from tests.operator.support import TINY
+
+    (tmp_path / "p.yaml").write_text("experimentVolume: {kind: emptyDir}\n")
+    argv = ["create", "exp-direct", "-n", kube_namespace, "--profile", str(tmp_path / "p.yaml")]
+    argv += ["--kubeconfig", str(kube_cluster.kubeconfig), "--direct", *IMAGE_ARGS, *TINY]
+    code, out, err = cli(argv)
+    assert code == 0, err
+    assert "exp-direct is running" in err and out.strip() == "exp-direct"
+    # waiting for Running follows the plan's topology: no second one
+    assert calls == {
+        "make_plan": 1,
+        "experiment_topology": 1,
+        "resolve_images": 1,
+        "render_text": 1,
+    }
