@@ -190,7 +190,9 @@ def effective_profile(
         try:
             profile = discover_pools(kube, base=profile)
             if autoscaled:  # a pool scaled to zero has no node: its declaration says it exists
-                profile = profile.model_copy(update={"pools": merge_pools(profile.pools, declared)})
+                profile = profile.model_copy(
+                    update={"pools": merge_pools(profile.pools, declared)}
+                )
         except LaunchError as exc:
             if autoscaled:
                 log.info("cannot read the nodes (%s): the profile's pools alone", exc)
@@ -272,16 +274,13 @@ def plan_create(
     from surreal_kube.launch.kube.plan import make_plan
 
     prof = effective_profile(kube, profile, check_fit=preflight)
-    via_operator = not direct and kube.has_experiment_crd()
-    if preflight:  # storage.py: data of an earlier run; a claim its class cannot serve
-        from surreal_kube.launch.kube.storage import check_kept_claim, check_storage
+    if preflight:  # a claim its class cannot serve would leave every data pod Pending
+        from surreal_kube.launch.kube.storage import check_storage
 
-        check_kept_claim(kube, exp.metadata.name, kube.namespace)
-        if profile is not None or not via_operator:  # else the operator's profile's volume
-            volume = (prof or ClusterProfile()).experiment_volume
-            check_storage(kube, volume, exp.metadata.name)
+        volume = (prof or profile or ClusterProfile()).experiment_volume
+        check_storage(kube, volume, exp.metadata.name)
     plan = make_plan(exp, kube.namespace, profile=prof, images=images)
-    plan.via_operator = via_operator
+    plan.via_operator = not direct and kube.has_experiment_crd()
     plan.profile_choice = profile
     return plan
 
