@@ -9,6 +9,9 @@ that names the class, its provisioner and what would work. A provisioner not lis
 passes: we cannot know what it serves, and ReadWriteOnce (the default) is what every one serves.
 Credentials that may not read StorageClasses (the namespaced `edit` role cannot) skip the check.
 
+A new experiment whose name still has a claim kept from an earlier run is refused too
+(`check_kept_claim`), as a local experiment's folder is: it would mix the two runs' data.
+
 After `delete` (`settle_data`): the claim is kept unless the user asks (`delete --delete-data`)
 or the profile said `retain: false` (then it was owned by the root and goes with it), and the
 words say which, with the command that removes a kept claim.
@@ -20,7 +23,7 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
-from surreal_kube.errors import SpecError
+from surreal_kube.errors import LaunchError, SpecError
 from surreal_kube.launch.kube import naming
 from surreal_kube.launch.kube.client import ForbiddenError, Kube, Resource, resource
 from surreal_kube.launch.kube.ownership import is_retained
@@ -99,6 +102,33 @@ def check_storage(kube: Kube, volume: ExperimentVolume, experiment: str) -> None
             f"provisioner {provisioner} makes ReadWriteOnce volumes only: the claim {claim} "
             f"would stay Pending; use {RWX_ADVICE}"
         )
+
+
+def check_kept_claim(kube: Kube, experiment: str, namespace: str) -> None:
+    """Refuse (LaunchError) a new experiment whose name has a claim kept from an earlier run.
+
+    Its pods would mix the old run's checkpoints, events and results with theirs (the learner
+    would resume from the old checkpoint), and a create that fails part-way deletes what it
+    applied, the old claim with it. Like a local experiment's folder, it must be removed first.
+    When the experiment itself still exists this says nothing: `create` refuses that as such.
+    """
+    from surreal_kube.launch.kube.client import EXPERIMENT
+
+    name = naming.data_name(experiment)
+    claim = kube.get_or_none(CLAIM, name, namespace)
+    labels = ((claim or {}).get("metadata") or {}).get("labels") or {}
+    if claim is None or labels.get(naming.EXPERIMENT_LABEL) != experiment:
+        return
+    config = resource("v1", "ConfigMap")
+    if kube.get_or_none(config, naming.config_name(experiment), namespace) is not None:
+        return
+    if kube.has_experiment_crd() and kube.get_or_none(EXPERIMENT, experiment, namespace):
+        return
+    raise LaunchError(
+        f"the data of an earlier {experiment} is still in PersistentVolumeClaim {name} "
+        f"(delete keeps it): remove it first with `kubectl delete pvc {name} -n {namespace}`, "
+        "or use another name"
+    )
 
 
 def _is_default(storage_class: Mapping[str, Any]) -> bool:

@@ -320,6 +320,15 @@ def test_delete_keeps_the_data_and_says_so_unless_asked(
     ), res.stderr
     assert claim_phase(kube, "exp-keep") == "Bound"
     assert [o["kind"] for o in objects_of(kube, "exp-keep")] == ["PersistentVolumeClaim"]
+    # a new run of that name would mix its data with the kept one's: refused, nothing created
+    res = sk(kube_cluster, "create", "exp-keep", "-n", ns, "--direct", *IMAGE_ARGS, *TINY)
+    assert res.returncode == 1, res.stderr
+    assert res.stderr.strip() == (
+        "error: the data of an earlier exp-keep is still in PersistentVolumeClaim exp-keep-data "
+        f"(delete keeps it): remove it first with `kubectl delete pvc exp-keep-data -n {ns}`, or "
+        "use another name"
+    )
+    assert [o["kind"] for o in objects_of(kube, "exp-keep")] == ["PersistentVolumeClaim"]
 
     res = sk(kube_cluster, "delete", "exp-drop", "--wait", "--delete-data", "-n", ns)
     assert res.returncode == 0, res.stderr
