@@ -274,13 +274,16 @@ def plan_create(
     from surreal_kube.launch.kube.plan import make_plan
 
     prof = effective_profile(kube, profile, check_fit=preflight)
-    if preflight:  # a claim its class cannot serve would leave every data pod Pending
-        from surreal_kube.launch.kube.storage import check_storage
+    via_operator = not direct and kube.has_experiment_crd()
+    if preflight:  # storage.py: data of an earlier run; a claim its class cannot serve
+        from surreal_kube.launch.kube.storage import check_kept_claim, check_storage
 
-        volume = (prof or profile or ClusterProfile()).experiment_volume
-        check_storage(kube, volume, exp.metadata.name)
+        check_kept_claim(kube, exp.metadata.name, kube.namespace)
+        if profile is not None or not via_operator:  # else the operator's profile's volume
+            volume = (prof or ClusterProfile()).experiment_volume
+            check_storage(kube, volume, exp.metadata.name)
     plan = make_plan(exp, kube.namespace, profile=prof, images=images)
-    plan.via_operator = not direct and kube.has_experiment_crd()
+    plan.via_operator = via_operator
     plan.profile_choice = profile
     return plan
 
