@@ -172,10 +172,25 @@ def _init() -> int | None:
             return 128 - code if code < 0 else code
 
 
+def _exit_now(code: int) -> None:
+    """End the process once the role has stopped, without the interpreter's finalization.
+
+    The role has closed what it holds (`main`'s finally: sockets, checkpoint, progress, logs).
+    What finalization would add is one garbage collection over every object torch's compiler
+    stack and sympy created: a learner spent 3-4 s of its stop "Garbage-collecting" (faulthandler
+    during the exit, load average 10), 8 s with four learners stopping at once, time taken out of
+    the pod's grace period. Forked roles (runtime.forkserver) end the same way.
+    """
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    os._exit(code)
+
+
 def run() -> None:
     """Console-script entry point: the role itself, behind a tiny init when it is PID 1."""
     if os.getpid() == 1:
         code = _init()
         if code is not None:
             sys.exit(code)
-    sys.exit(main())
+    _exit_now(main())
