@@ -29,7 +29,7 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 from pydantic.alias_generators import to_camel
 
 from surreal_kube.experiment import progress as progress_keys
-from surreal_kube.experiment.quantity import parse_cpu, parse_memory
+from surreal_kube.experiment.quantity import parse_quantity
 from surreal_kube.launch.kube import naming
 from surreal_kube.launch.kube.profile import POOL_LABELS
 
@@ -256,16 +256,13 @@ def pod_requests(pod: Mapping[str, Any]) -> dict[str, float]:
 
 
 def quantity(resource: str, value: Any) -> float:
-    """A resource quantity as a number: cores for cpu, bytes for memory, a count otherwise."""
-    text = str(value)
-    if resource == "cpu":
-        return parse_cpu(text)
-    if resource in ("memory", "ephemeral-storage") or resource.startswith("hugepages-"):
-        return float(parse_memory(text))
-    try:
-        return float(text)
-    except ValueError:
-        return float(parse_memory(text))
+    """A resource quantity as a number: cores for cpu, bytes for memory, a count otherwise.
+
+    What the cluster reports may be zero (a real kubelet's `hugepages-2Mi: "0"`, a container
+    requesting `cpu: "0"`): that is a quantity to count, not a spec to refuse, so these are read
+    with `parse_quantity` rather than the spec's positive-only parsers.
+    """
+    return float(parse_quantity(str(value)))
 
 
 def show(resource: str, amount: float) -> str:

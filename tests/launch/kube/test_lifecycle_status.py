@@ -156,6 +156,19 @@ def test_pending_gpu_pod_counts_what_other_pods_use() -> None:
     )
 
 
+def test_a_real_kubelets_zero_quantities_are_counted_not_refused() -> None:
+    # a real node reports hugepages of 0 and kube-proxy's pod may request cpu "0": before, status
+    # failed with "unexpected ValueError: memory must be > 0, got '0'" once the real node joined
+    real = node("real-0", "real-pool", cpu="2")
+    real["status"]["allocatable"].update({"hugepages-1Gi": "0", "hugepages-2Mi": "0"})
+    idle = pod("kube-proxy-x", "x", node="real-0", cpu="0")
+    free = free_capacity([*NODES, real], [idle])
+    assert free["real-0"]["hugepages-2Mi"] == 0 and free["real-0"]["cpu"] == 2
+    assert pending_reason(gpu_learner(8), [*NODES, real], free) == (
+        "needs 8 nvidia.com/gpu, the largest free slot on gpu-pool has 4"
+    )
+
+
 def test_pending_without_usage_uses_capacity_and_without_nodes_the_scheduler() -> None:
     assert pending_reason(gpu_learner(8), NODES, None) == (
         "needs 8 nvidia.com/gpu, the largest node on gpu-pool has 4"
