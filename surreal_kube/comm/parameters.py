@@ -15,8 +15,10 @@ logs it and reports it to tensorplex) and `on_fetch_parameter_success` tells it 
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import logging
+import os
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -74,20 +76,26 @@ def _info(meta: Mapping[str, Any]) -> ParameterInfo:
 
 
 class ParameterPublisher:
-    """The learner's side: PUB the newest parameters, and repeat them while nothing new comes.
+    """The learner's side: publish the newest parameters, to every shard as soon as it subscribes.
 
     PUB drops messages for subscribers that are not connected yet, so a parameter-server shard
     that starts (or restarts) after a publication would wait for the next one; a learner stuck
-    waiting for experience would then starve everyone. A background thread therefore re-sends the
-    newest publication every `republish_seconds`. `publish` copies the arrays (the learner keeps
-    training in place) and returns at once; the thread owns the socket.
+    waiting for experience would then starve everyone. The socket is therefore an XPUB with
+    XPUB_VERBOSE: every shard's subscription reaches this side, which answers it at once with the
+    newest publication (at start-up the first parameters reached the agents about 2 s late,
+    dropped while the shard was still connecting). A re-send every `republish_seconds` stays as
+    the safety net. `publish` copies the arrays (the learner keeps training in place) and returns
+    at once; the thread owns the socket and wakes on a pipe that `publish` writes to.
     """
 
     def __init__(self, bind: str, *, republish_seconds: float = 2.0, hwm: int = 4) -> None:
         self._bind = bind
         self._hwm = hwm
         self._republish = republish_seconds
-        self._lock = threading.Condition()
+        self._lock = threading.Lock()
+        self._wake_r, self._wake_w = os.pipe()
+        os.set_blocking(self._wake_w, False)
+        self._pipe_closed = False
         self._latest: list[Any] | None = None
         self._fresh = False
         self._stop = False
@@ -125,42 +133,76 @@ class ParameterPublisher:
             self._latest = frames
             self._fresh = True
             self.info = info
-            self._lock.notify()
+            self._wake()
         return info
 
     def _run(self) -> None:
         try:
-            sock = make_socket(zmq.PUB, bind=self._bind, sndhwm=self._hwm)
+            sock = make_socket(zmq.XPUB, bind=self._bind, sndhwm=self._hwm)
+            sock.setsockopt(zmq.XPUB_VERBOSE, 1)
             self.addr = bound_address(sock)
         except BaseException as exc:
             self._error = exc
+            self._close_pipe()
             self._ready.set()
             return
+        poller = zmq.Poller()
+        poller.register(sock, zmq.POLLIN)
+        poller.register(self._wake_r, zmq.POLLIN)
         self._ready.set()
+        last_sent = time.monotonic()
         try:
             while True:
+                wait_ms = max(0.0, self._republish - (time.monotonic() - last_sent)) * 1000
+                events = dict(poller.poll(wait_ms))
+                subscribed = False
+                if sock in events:
+                    while sock.poll(0):
+                        subscribed |= sock.recv()[:1] == b"\x01"  # \x00: an unsubscribe
+                if self._wake_r in events:
+                    os.read(self._wake_r, 4096)
                 with self._lock:
-                    if not self._fresh and not self._stop:
-                        self._lock.wait(self._republish)
                     stopping = self._stop
-                    if stopping and not self._fresh:
-                        return
+                    fresh = self._fresh
                     frames = self._latest
                     self._fresh = False
-                if frames is not None:
+                due = time.monotonic() - last_sent >= self._republish
+                if frames is not None and (fresh or subscribed or due):
                     sock.send_multipart(frames, copy=False)
                     self.published += 1
+                    last_sent = time.monotonic()
+                elif due:
+                    last_sent = time.monotonic()
                 if stopping:
                     return
         finally:
             # a publication made just before close still reaches connected shards
             sock.close(CLOSE_LINGER_MS)
+            self._close_pipe()
+
+    def _wake(self) -> None:
+        """Wake the thread. Called with the lock held, and the pipe is closed under the lock,
+        so a late `publish` never writes to a descriptor that was closed (and maybe reused)."""
+        if self._pipe_closed:
+            return
+        with contextlib.suppress(BlockingIOError):  # a full pipe: the thread is awake anyway
+            os.write(self._wake_w, b"!")
+
+    def _close_pipe(self) -> None:
+        with self._lock:
+            self._stop = True
+            if not self._pipe_closed:
+                self._pipe_closed = True
+                os.close(self._wake_r)
+                os.close(self._wake_w)
 
     def close(self) -> None:
         """Send a publication still pending, then stop the thread and close the socket."""
         with self._lock:
+            if self._stop:
+                return
             self._stop = True
-            self._lock.notify()
+            self._wake()
         self._thread.join(2.0)
 
 

@@ -154,6 +154,32 @@ def test_publisher_republishes_for_late_shards(publisher):
         ps.stop()
 
 
+def test_a_shard_that_subscribes_later_is_answered_at_once_not_at_the_next_republish():
+    """Before the XPUB, a shard connecting after the publication waited for the periodic
+    re-send (2 s at start-up: the first parameters reached the agents that much later); with a
+    re-send period of an hour this fetch would never be answered."""
+    pub = ParameterPublisher("tcp://127.0.0.1:*", republish_seconds=3600)
+    try:
+        info = pub.publish(_params(5), iteration=1)
+        time.sleep(0.3)  # published before any shard exists
+        ps = ParameterServer(pub.addr, shards=2)
+        client = ParameterClient(ps.serve_addr)
+        try:
+            _fetch_until(client, info.hash)
+            deadline = time.monotonic() + 10
+            while time.monotonic() < deadline and not all(
+                s.shard.info is not None and s.shard.info.hash == info.hash for s in ps.shards
+            ):
+                time.sleep(0.02)
+            assert [s.shard.info.hash for s in ps.shards] == [info.hash] * 2  # each was answered
+        finally:
+            client.close()
+            ps.stop()
+    finally:
+        pub.close()
+    pub.publish(_params(6), iteration=2)  # after close: no effect, no write to a closed pipe
+
+
 def test_client_survives_parameter_server_restart(publisher, server):
     failures: list[int] = []
     successes: list[int] = []
