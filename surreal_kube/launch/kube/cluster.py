@@ -724,7 +724,22 @@ def scale(
     profile: ClusterProfile | None = None,
     progress: Progress | None = None,
 ) -> Experiment:
-    """Change the number of agents; the learner's pod is not touched. Returns the new spec."""
+    """Change the number of agents; the learner's pod is not touched. Returns the new spec.
+
+    A finished experiment (its budget spent, compute released) is refused: re-applying its
+    StatefulSet would start agents again with no learner and no budget left to end them.
+    """
+    from surreal_kube.experiment import progress as records
+    from surreal_kube.launch.kube import progress as progress_channel
+
+    record = progress_channel.read(kube, found.name, found.namespace)
+    if record is not None and record.state == records.STATE_FINISHED:
+        why = f" ({record.reason})" if record.reason else ""
+        raise LaunchError(
+            f"{found.name} has finished{why} and its pods are released: there is nothing to "
+            f"scale; its results: `surreal-kube results {found.name}`; to run again, delete it "
+            "and create it anew"
+        )
     batch = found.exp.spec.agents.batch
     if agents < 1 or agents % batch:
         raise SpecError(

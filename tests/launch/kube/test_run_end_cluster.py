@@ -237,6 +237,12 @@ def test_the_budget_ends_the_run_with_results_succeeded_and_no_pods(
             (300, 10.0, 1), (600, 20.0, 3), (900, 42.0, 4),
         ]  # fmt: skip
 
+        # `scale` of a finished run is refused: it would start agents with no learner and no
+        # budget left to end them (before, it re-applied the agents' StatefulSet)
+        res = sk(kube_cluster, "scale", name, "--agents", "4", "-n", ns)
+        assert res.returncode == 1 and "has finished" in res.stderr, res.stderr
+        assert not any(replicas(kube, name).values())
+
         # a tensorplex that comes back (its Deployment scaled up by hand) keeps the start time
         # and the finished state, and releases again
         code, _ = run.terminate("tensorplex", timeout=30)
