@@ -19,7 +19,11 @@ from tests.cli.user_project import (
     installed_from,
     make_user_setup,
 )
-from tests.launch.kube.engine import BASE_IMAGE, Engine, missing_tools, podman_engine
+from tests.launch.kube.engine import (
+    BASE_IMAGE,
+    Engine,
+    engine_or_skip,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -78,11 +82,7 @@ def test_a_local_run_of_the_users_env(setup: UserSetup, tmp_path: Path) -> None:
 
 @pytest.fixture(scope="module")
 def engine() -> Iterator[Engine]:
-    missing = missing_tools()
-    if missing:
-        pytest.skip(f"needs {', '.join(missing)} (Makefile DEB_PACKAGES)")
-    with podman_engine() as eng:
-        yield eng
+    yield from engine_or_skip()
 
 
 @pytest.mark.podman

@@ -20,7 +20,11 @@ import pytest
 
 from surreal_kube.launch.kube import images, naming
 from tests.cluster.fixtures import KubeCluster
-from tests.launch.kube.engine import BASE_IMAGE, Engine, missing_tools, podman_engine
+from tests.launch.kube.engine import (
+    BASE_IMAGE,
+    Engine,
+    engine_or_skip,
+)
 from tests.launch.kube.test_images_podman import ROOT, project_copy, snapshot_sets
 
 pytestmark = [
@@ -37,11 +41,7 @@ SK = [sys.executable, "-m", "surreal_kube.cli.main"]
 
 @pytest.fixture(scope="module")
 def engine() -> Iterator[Engine]:
-    missing = missing_tools()
-    if missing:
-        pytest.skip(f"needs {', '.join(missing)} (Makefile DEB_PACKAGES)")
-    with podman_engine() as eng:
-        yield eng
+    yield from engine_or_skip()
 
 
 @pytest.fixture(scope="module")

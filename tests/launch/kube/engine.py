@@ -159,3 +159,15 @@ def podman_engine() -> Iterator[Engine]:
                 with contextlib.suppress(ProcessLookupError):
                     os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait(timeout=10)
+
+
+def engine_or_skip() -> Iterator[Engine]:
+    """The body of a module's `engine` fixture: podman's API for the module, or a skip naming
+    the Debian packages that are missing (`make deb` installs them)."""
+    import pytest
+
+    missing = missing_tools()
+    if missing:
+        pytest.skip(f"needs {', '.join(missing)} (Makefile DEB_PACKAGES)")
+    with podman_engine() as eng:
+        yield eng

@@ -18,7 +18,11 @@ import pytest
 from surreal_kube.experiment.resolve import resolve_experiment
 from surreal_kube.launch.kube import images
 from surreal_kube.launch.kube.render import render_experiment
-from tests.launch.kube.engine import BASE_IMAGE, Engine, missing_tools, podman_engine
+from tests.launch.kube.engine import (
+    BASE_IMAGE,
+    Engine,
+    engine_or_skip,
+)
 
 pytestmark = pytest.mark.podman
 
@@ -34,11 +38,7 @@ OFFLINE_ARGS = {
 
 @pytest.fixture(scope="module")
 def engine() -> Iterator[Engine]:
-    missing = missing_tools()
-    if missing:
-        pytest.skip(f"needs {', '.join(missing)} (Makefile DEB_PACKAGES)")
-    with podman_engine() as eng:
-        yield eng
+    yield from engine_or_skip()
 
 
 def project_copy(dest: Path) -> Path:

@@ -18,7 +18,11 @@ import pytest
 
 from surreal_kube.experiment.resolve import resolve_experiment
 from surreal_kube.launch.kube import images
-from tests.launch.kube.engine import BASE_IMAGE, Engine, missing_tools, podman_engine
+from tests.launch.kube.engine import (
+    BASE_IMAGE,
+    Engine,
+    engine_or_skip,
+)
 from tests.launch.kube.test_images_podman import project_copy, snapshot_sets
 
 pytestmark = [pytest.mark.podman, pytest.mark.slow, pytest.mark.timeout(3600)]
@@ -28,11 +32,7 @@ BUILD_ARGS = {"PYTHON_IMAGE": BASE_IMAGE}
 
 @pytest.fixture(scope="module")
 def engine() -> Iterator[Engine]:
-    missing = missing_tools()
-    if missing:
-        pytest.skip(f"needs {', '.join(missing)} (Makefile DEB_PACKAGES)")
-    with podman_engine() as eng:
-        yield eng
+    yield from engine_or_skip()
 
 
 @pytest.fixture(scope="module")
