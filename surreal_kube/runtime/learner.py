@@ -128,6 +128,8 @@ class LearnerRole(RoleBase):
         self._lag_count = 0
         self.lag_total = {"sum": 0.0, "n": 0}
         self.last_lag: dict[str, float] = {}
+        self._published_iteration = -1
+        self._last_publish = time.monotonic()
 
     def publish(self) -> None:
         """Publish the current parameters (tagged with the iteration and global env steps)."""
@@ -135,7 +137,19 @@ class LearnerRole(RoleBase):
         self.publisher.publish(
             params, self.learner.iteration, copy=False, env_steps=self.global_env_steps
         )
+        self._published_iteration = self.learner.iteration
+        self._last_publish = time.monotonic()
         self._snapshot(self.learner.iteration, params)
+
+    def _publish_newest(self) -> None:
+        """Publish the current parameters unless they are out already.
+
+        Called after an update (at most every PUBLISH_MIN_INTERVAL) and whenever the learner is
+        starved: on-policy, agents acting with parameters older than the lag bound feed it only
+        stale items, so without a publication then it would wait for them forever.
+        """
+        if self._published_iteration != self.learner.iteration:
+            self.publish()
 
     def _snapshot(self, version: int, params: dict[str, np.ndarray]) -> None:
         """Remember published parameters, newest first out of memory last (see SNAPSHOT_BYTES)."""
@@ -227,8 +241,6 @@ class LearnerRole(RoleBase):
         iter_rate, item_rate = RateMeter(), RateMeter()
         sums: dict[str, float] = defaultdict(float)
         count = 0
-        last_publish = time.monotonic()
-        published_iteration = self.learner.iteration
         still_waiting = Every(30.0)
         heartbeat = Heartbeat.from_env()  # the liveness probe's: see runtime.lifecycle
         while not self.stop.is_set():
@@ -237,6 +249,7 @@ class LearnerRole(RoleBase):
             msg = self.prefetcher.get(timeout=0.2)
             self.wait_seconds += time.monotonic() - t0
             if msg is None:
+                self._publish_newest()
                 if still_waiting():
                     log.info(
                         "still waiting for a batch from replay (%d requests in flight)",
@@ -248,8 +261,9 @@ class LearnerRole(RoleBase):
                 log.info("first batch received; learning")
             self._take_stats(msg.meta)
             arrays = self._check_lag(msg.arrays)
-            if arrays is None:
-                continue  # every item beyond the policy-lag bound
+            if arrays is None:  # every item beyond the policy-lag bound: as starved as no batch
+                self._publish_newest()
+                continue
             stats = self.learner.learn(arrays)
             self.prefetcher.version = self.learner.iteration
             priorities = getattr(self.learner, "last_priorities", None)
@@ -263,10 +277,8 @@ class LearnerRole(RoleBase):
             for key, value in stats.items():
                 sums[key] += float(value)
             count += 1
-            if time.monotonic() - last_publish >= PUBLISH_MIN_INTERVAL:
-                self.publish()
-                published_iteration = self.learner.iteration
-                last_publish = time.monotonic()
+            if time.monotonic() - self._last_publish >= PUBLISH_MIN_INTERVAL:
+                self._publish_newest()
             self.checkpoint.save(
                 self.learner.state_dict,
                 self.learner.iteration,
@@ -281,7 +293,7 @@ class LearnerRole(RoleBase):
                         "learner/items_per_s": item_rate.rate(self.items),
                         "learner/prefetch_queue": self.prefetcher.qsize,
                         "learner/iteration": self.learner.iteration,
-                        "learner/published_iteration": published_iteration,
+                        "learner/published_iteration": self._published_iteration,
                         "learner/global_env_steps": self.global_env_steps,
                         **self._lag_report(),
                         **{f"replay/{k}": v for k, v in replay.items()},

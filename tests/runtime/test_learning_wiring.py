@@ -227,3 +227,37 @@ def test_a_restarted_replay_shard_says_it_starts_empty(local_run, caplog):
         assert any("starts empty" in r.getMessage() for r in caplog.records)
     finally:
         again.close()
+
+
+@pytest.mark.slow
+def test_a_starved_learner_publishes_what_it_has_not(local_run, monkeypatch):
+    """Before the fix, a learner that made maxPolicyLag + 1 updates within one publication
+    interval on the data of version P never published again: every item the agents sent was
+    beyond the bound, so no update came, so no publication (CI saw it stall under 10 iterations).
+    With the interval made endless, only the starved learner's own publication keeps it going."""
+    from surreal_kube.runtime import learner as learner_module
+
+    monkeypatch.setattr(learner_module, "PUBLISH_MIN_INTERVAL", 3600.0)
+    run = local_run(
+        {
+            "env": {"id": "gym:CartPole-v1"},
+            "agents": {"count": 2, "batch": 2, "fetchInterval": 10},
+            "replay": {"startSampling": 16},
+            "algorithm": {"batchSize": 16, "horizon": 10, "stride": 10, "maxPolicyLag": 1},
+        }
+    )
+    for proc in run.topology.processes:
+        if proc.role in ("replay", "replay-shard", "ps", "ps-shard", "agents"):
+            run.start(proc.name)
+    role = learner_module.LearnerRole(_ctx(run, "learner", "learner"))
+    thread = threading.Thread(target=role.run, daemon=True)
+    thread.start()
+    try:
+        deadline = time.monotonic() + 120
+        while role.learner.iteration < 12 and time.monotonic() < deadline and thread.is_alive():
+            time.sleep(0.2)
+        assert role.learner.iteration >= 12, (role.learner.iteration, role.stale_dropped)
+    finally:
+        role.stop.set()
+        thread.join(30)
+        role.close()
