@@ -2,7 +2,8 @@
 
 `register(registry)` attaches them to a registry, so the handlers themselves stay plain
 module-level functions that take only the keyword arguments they need. The shared connection,
-settings, status refresher and periodic resync come in kopf's `memo`.
+settings, status refresher, periodic resync and pod watch come in kopf's `memo`. Pods are the
+one kind not watched through kopf: `podwatch` says why.
 
 No handler here makes kopf put a finalizer on an `Experiment` (no timers, daemons or deletion
 handlers): deleting one never waits for the operator, ownership removes everything.
@@ -35,6 +36,7 @@ from surreal_kube.launch.kube.client import (
 from surreal_kube.launch.kube.status import failure_seen
 from surreal_kube.operator import reconcile
 
+log = logging.getLogger(__name__)
 GROUP, VERSION = API_VERSION.split("/")
 PLURAL = EXPERIMENT.plural
 STORAGE_PREFIX = "operator.surreal.ai"
@@ -126,26 +128,26 @@ def _refuse(memo: kopf.Memo, obj: Mapping[str, Any], reason: str, message: str) 
 
 
 def start_resync(memo: kopf.Memo, **_: Any) -> None:
-    """Operator start: begin the periodic resync (recreate what disappeared, refresh status)."""
+    """Operator start: begin the pod watch and the periodic resync (recreate what
+    disappeared, refresh status)."""
+    memo.podwatch.start()
     memo.resyncer.start()
 
 
-def pod_changed(
-    type: str | None, body: kopf.Body, memo: kopf.Memo, logger: kopf.Logger, **_: Any
-) -> None:
-    """A pod of an experiment changed: keep it in the pod cache, count it if it failed, refresh
-    the status soon (from the cache: no list of the experiment's pods)."""
-    meta = body.get("metadata") or {}
+def pod_changed(memo: kopf.Memo, type: str | None, pod: Mapping[str, Any]) -> None:
+    """A pod of an experiment changed (`podwatch`, not kopf: see there why): keep it in the pod
+    cache, count it if it failed, refresh the status soon (from the cache: no list of pods)."""
+    meta = pod.get("metadata") or {}
     name = (meta.get("labels") or {}).get(naming.EXPERIMENT_LABEL)
     if not name:
         return
-    memo.pods.observe(type, body)
-    if failure_seen(body):
+    memo.pods.observe(type, pod)
+    if failure_seen(pod):
         try:
-            if reconcile.record_failure(memo.kube, meta["namespace"], name, plain(body)):
-                logger.warning("pod %s failed; counted as a restart of %s", meta["name"], name)
-        except KubeError as exc:
-            raise kopf.TemporaryError(str(exc), delay=2) from exc
+            if reconcile.record_failure(memo.kube, meta["namespace"], name, dict(pod)):
+                log.warning("pod %s failed; counted as a restart of %s", meta["name"], name)
+        except KubeError as exc:  # its next event (at the latest its DELETED) counts it then
+            log.warning("cannot count the failure of pod %s yet: %s", meta.get("name"), exc)
     memo.refresher.poke(meta["namespace"], name)
 
 
@@ -193,7 +195,8 @@ def child_deleted(
 
 
 def stop(memo: kopf.Memo, **_: Any) -> None:
-    """Operator shutdown: stop the periodic resync and the status refresher."""
+    """Operator shutdown: stop the pod watch, the periodic resync and the status refresher."""
+    memo.podwatch.stop()
     memo.resyncer.stop()
     memo.refresher.stop()
 
@@ -221,9 +224,6 @@ def register(registry: kopf.OperatorRegistry) -> kopf.OperatorRegistry:
     kopf.on.create(*resource, registry=registry, id="apply-on-create")(apply_spec)
     kopf.on.update(*resource, registry=registry, id="apply-on-update", field="spec")(apply_spec)
     kopf.on.resume(*resource, registry=registry, id="apply-on-resume")(apply_spec)
-    kopf.on.event(
-        group="", version="v1", plural="pods", registry=registry, id="pod-changed", labels=MANAGED
-    )(pod_changed)
     kopf.on.event(
         group="",
         version="v1",

@@ -98,6 +98,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from surreal_kube.launch.kube.profile import load_profile
     from surreal_kube.operator import handlers, reconcile
     from surreal_kube.operator.podcache import PodCache
+    from surreal_kube.operator.podwatch import PodWatcher
 
     try:
         kube = Kube(
@@ -118,14 +119,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     namespaces = [] if args.all_namespaces else (args.namespace or [kube.namespace])
     registry = handlers.register(kopf.OperatorRegistry())
     pods = PodCache()
+    watched = None if args.all_namespaces else namespaces
     memo = kopf.Memo(
         kube=kube,
         config=config,
         pods=pods,
         refresher=reconcile.Refresher(kube, config, pods=pods),
-        resyncer=reconcile.Resyncer(
-            kube, config, None if args.all_namespaces else namespaces, pods=pods
-        ),
+        resyncer=reconcile.Resyncer(kube, config, watched, pods=pods),
+    )
+    memo.podwatch = PodWatcher(
+        kube, watched, lambda kind, pod: handlers.pod_changed(memo, kind, pod)
     )
     logging.getLogger("surreal_kube.operator").info(
         "watching %s (context %s, server %s)",

@@ -1,15 +1,15 @@
 """The operator's view of its experiments' pods, kept from the pod watch it already has.
 
-kopf streams every event of every managed pod to `handlers.pod_changed`; keeping a slim copy of
-each (`status.slim_pod`, about a tenth of a pod) lets a status refresh read the pods from memory
-instead of listing them: with 10,000 pods a list is megabytes on the wire and seconds of parsing,
-and a refresh follows every burst of pod events.
+The pod watch (`podwatch`) hands every event of every managed pod to `handlers.pod_changed`;
+keeping a slim copy of each (`status.slim_pod`, about a tenth of a pod) lets a status refresh
+read the pods from memory instead of listing them: with 10,000 pods a list is megabytes on the
+wire and seconds of parsing, and a refresh follows every burst of pod events.
 
 Bounded: a pod leaves with its DELETED event, an experiment's pods with the experiment
 (`forget`); nothing else is kept. The first refresh of an experiment after the operator starts
-lists its pods once (`prime`), since kopf's initial listing may still be on its way; events that
-arrive meanwhile are applied on top. A periodic resync primes again, healing whatever a missed
-event could have left behind.
+lists its pods once (`prime`), since the watch's initial listing may still be on its way; events
+that arrive meanwhile are applied on top. A periodic resync primes again, healing whatever a
+missed event could have left behind.
 """
 
 from __future__ import annotations

@@ -1,0 +1,124 @@
+"""The operator's pod watch: one list, then one stream of changes, outside kopf.
+
+Every managed pod's every change passes here: a 10,000-agent experiment starts 1,022 pods that
+change four or five times each on the way to Running. Through a kopf event handler each change
+cost about 2 ms of the operator's CPU (kopf's body views, filters, a thread-pool hop per handler
+call): 10.3 CPU-seconds while 1,022 pods started, on a 2-core machine whose controller-manager and
+scheduler needed every cycle (create-to-all-Running 36 s through the operator, 27 s for `kubectl
+apply` of the same objects). Here a change is one `json.loads` and a call of `on_event`.
+
+The watch resumes from the last resourceVersion it saw when the server ends it, and starts again
+with a list when the version expired (410 Gone) or the stream broke; the list's pods are handed
+over as events of type None (as kopf's initial listing), so `PodCache` heals what a gap missed.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from surreal_kube.launch.kube import naming
+from surreal_kube.launch.kube.client import POD, Kube, KubeError
+
+log = logging.getLogger(__name__)
+
+SELECTOR = f"app.kubernetes.io/managed-by={naming.NAME},{naming.EXPERIMENT_LABEL}"
+"""The pods of experiments (those the operator renders and the CLI applies)."""
+WATCH_SECONDS = 300
+"""How long one watch request lasts on the server before it is resumed."""
+PAGE = 500
+"""Pods per page of a list."""
+
+OnEvent = Callable[[str | None, Mapping[str, Any]], None]
+"""Called with (event type: ADDED, MODIFIED, DELETED, or None for a listed pod; the pod)."""
+
+
+class PodWatcher:
+    """Watch the managed pods of some namespaces (None: all) in one thread each."""
+
+    def __init__(self, kube: Kube, namespaces: Sequence[str] | None, on_event: OnEvent) -> None:
+        self.kube = kube
+        self.on_event = on_event
+        self._stop = threading.Event()
+        self._threads = [
+            threading.Thread(target=self._run, args=(ns,), name=f"pods-{ns or 'all'}", daemon=True)
+            for ns in (namespaces if namespaces else [None])
+        ]
+
+    def start(self) -> None:
+        for thread in self._threads:
+            thread.start()
+
+    def stop(self) -> None:
+        """Deliver nothing more. A thread waiting on its stream ends with its next line or the
+        server's end of the watch (they are daemons: the operator's exit does not wait)."""
+        self._stop.set()
+
+    def _path(self, namespace: str | None) -> str:
+        return POD.path(namespace)
+
+    def _list(self, namespace: str | None) -> str:
+        """Hand every pod over (type None); the list's resourceVersion."""
+        query: dict[str, Any] = {"labelSelector": SELECTOR, "limit": PAGE}
+        while True:
+            page = self.kube.raw("GET", self._path(namespace), query=query, what="list pods")
+            for pod in page.get("items") or []:
+                self._deliver(None, pod)
+            meta = page.get("metadata") or {}
+            if not meta.get("continue"):
+                return str(meta.get("resourceVersion") or "")
+            query["continue"] = meta["continue"]
+
+    def _deliver(self, kind: str | None, pod: Mapping[str, Any]) -> None:
+        try:
+            self.on_event(kind, pod)
+        except Exception:  # one bad event must not end the watch
+            log.exception("pod event %s of %s", kind, (pod.get("metadata") or {}).get("name"))
+
+    def _run(self, namespace: str | None) -> None:
+        version: str | None = None
+        failures = 0
+        while not self._stop.is_set():
+            try:
+                if version is None:
+                    version = self._list(namespace)
+                version = self._follow(namespace, version)
+                failures = 0
+            except KubeError as exc:
+                failures += 1
+                version = None  # expired or broken: list again
+                if failures > 1:
+                    log.warning("pod watch of %s: %s", namespace or "all namespaces", exc)
+                if self._stop.wait(min(0.5 * failures, 10.0)):
+                    return
+
+    def _follow(self, namespace: str | None, version: str) -> str | None:
+        """Stream changes from `version` until the server ends the watch; the last version seen
+        (None: it expired, list again)."""
+        query = {
+            "watch": "true",
+            "labelSelector": SELECTOR,
+            "resourceVersion": version,
+            "timeoutSeconds": WATCH_SECONDS,
+            "allowWatchBookmarks": "true",
+        }
+        lines = self.kube.stream(
+            self._path(namespace), query=query, timeout=WATCH_SECONDS + 10, what="watch pods"
+        )
+        for line in lines:
+            if self._stop.is_set():
+                return version
+            if not line.strip():
+                continue
+            event = json.loads(line)
+            kind, obj = event.get("type"), event.get("object") or {}
+            if kind == "ERROR":  # 410 Gone: the version is too old to resume from
+                log.info("pod watch: %s; listing again", obj.get("message") or obj)
+                return None
+            version = (obj.get("metadata") or {}).get("resourceVersion") or version
+            if kind in ("ADDED", "MODIFIED", "DELETED"):
+                self._deliver(kind, obj)
+        return version
