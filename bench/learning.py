@@ -337,8 +337,23 @@ def run_sb3_td3(env_id: str, budget: float, episodes: int) -> float:
     return float(mean)
 
 
-def figure_rows(budget: float, episodes: int) -> list[Row]:
-    """The figures of issue 13 (see the module docstring); each takes about `budget` seconds."""
+FIGURES = ("scale-out", "ppo-ant", "ddpg")
+
+
+def figure_rows(budget: float, episodes: int, only: list[str] | None = None) -> list[Row]:
+    """The figures of issue 13 (see the module docstring); each run takes about `budget` s."""
+    rows: list[Row] = []
+    only = only or list(FIGURES)
+    if "scale-out" in only:
+        rows += _scale_out_rows(budget)
+    if "ppo-ant" in only:
+        rows += _ppo_ant_rows(budget, episodes)
+    if "ddpg" in only:
+        rows += _ddpg_rows(budget, episodes)
+    return rows
+
+
+def _scale_out_rows(budget: float) -> list[Row]:
     rows: list[Row] = []
     two = local_experiment("ppo-halfcheetah-2", "HalfCheetah-v5", "ppo", 2, budget)
     eight = local_experiment("ppo-halfcheetah-8", "HalfCheetah-v5", "ppo", 8, budget)
@@ -352,6 +367,11 @@ def figure_rows(budget: float, episodes: int) -> list[Row]:
         )
     )
     print(f"  8 agents: {health(eight)}\n  2 agents: {health(two)}", file=sys.stderr)
+    return rows
+
+
+def _ppo_ant_rows(budget: float, episodes: int) -> list[Row]:
+    rows: list[Row] = []
     ant = local_experiment("ppo-ant", "Ant-v5", "ppo", 2, budget)
     _, sb3_ant = run_sb3("Ant-v5", budget, episodes)
     rows.append(
@@ -364,6 +384,11 @@ def figure_rows(budget: float, episodes: int) -> list[Row]:
         )
     )
     print(f"  Ant PPO: {health(ant)}", file=sys.stderr)
+    return rows
+
+
+def _ddpg_rows(budget: float, episodes: int) -> list[Row]:
+    rows: list[Row] = []
     for env_id in ENVS:
         tag = f"ddpg-{env_id.split('-')[0].lower()}"
         ours = local_experiment(tag, env_id, "ddpg", 2, budget)
@@ -400,6 +425,12 @@ def main() -> None:
     parser.add_argument(
         "--figure-budget", type=float, help="seconds per figure run (default 600; quick 60)"
     )
+    parser.add_argument(
+        "--figure",
+        action="append",
+        choices=FIGURES,
+        help="only this figure (repeatable; default: all of them)",
+    )
     args = parser.parse_args()
     budget = args.budget or (5.0 if args.quick else 600.0)
     episodes = args.episodes or (2 if args.quick else 10)
@@ -430,7 +461,7 @@ def main() -> None:
         rows += gpu_rows(args.quick)
     if args.figures or args.only_figures:
         figure_budget = args.figure_budget or (60.0 if args.quick else 600.0)
-        rows += figure_rows(figure_budget, episodes)
+        rows += figure_rows(figure_budget, episodes, args.figure)
     print_table("learning", rows)
     print(f"wrote {write_results('learning', rows)}")
 
