@@ -62,6 +62,12 @@ shard's rate limiter holds inserts back, this backlog is what the learner gets n
 it goes stale. Bounded, the backlog is a few batches even of small items: with 64 KiB, two
 agents stepping CartPole queued about 250 sub-trajectories, ran through an 8,000-step budget
 before a loaded learner finished its first iteration, and never waited."""
+ON_POLICY_PIPE = {"hwm": 1, "buffer_bytes": 4 << 10}
+"""The shallowest pipe, for on-policy experience at both ends (sender and receiver): with the
+defaults (4 + 8 messages of ZeroMQ queue and 32 KiB of kernel buffer each way, per agent), 8 PPO
+agents held about 500 sub-trajectories in the pipes while replay's limiter held them back, and the
+learner got them 4.8 iterations late, most past the policy-lag bound. One message queued at each
+end and the kernel's smallest buffers leave the agent blocked with a few items in flight."""
 
 
 def _signature(item: Mapping[str, np.ndarray]) -> tuple[tuple[str, str, tuple[int, ...]], ...]:
@@ -94,6 +100,7 @@ class ExperienceSender:
         flush_iteration: int = 1,
         timeout: float = DEFAULT_SEND_TIMEOUT_SECONDS,
         hwm: int = 4,
+        buffer_bytes: int = SOCKET_BUFFER_BYTES,
         source: str = "",
         wait_hook: Callable[[float], bool] | None = None,
     ) -> None:
@@ -110,7 +117,7 @@ class ExperienceSender:
         """The sending process's cumulative env steps, sent with every message."""
         slice_ms = int(min(timeout, WAIT_SLICE_SECONDS) * 1000)
         self._sock = make_socket(zmq.PUSH, sndhwm=hwm, sndtimeo_ms=max(slice_ms, 1), immediate=True)
-        self._sock.setsockopt(zmq.SNDBUF, SOCKET_BUFFER_BYTES)
+        self._sock.setsockopt(zmq.SNDBUF, buffer_bytes)
         self._monitor = self._sock.get_monitor_socket(
             zmq.EVENT_CONNECTED | zmq.EVENT_DISCONNECTED | zmq.EVENT_CLOSED
         )
@@ -239,9 +246,16 @@ class ExperienceSender:
 class ExperienceReceiver:
     """A replay shard's side: PULL stacked batches from the agents, checked and counted."""
 
-    def __init__(self, bind: str, *, hwm: int = 8, max_bytes: int = 1 << 30) -> None:
+    def __init__(
+        self,
+        bind: str,
+        *,
+        hwm: int = 8,
+        buffer_bytes: int = SOCKET_BUFFER_BYTES,
+        max_bytes: int = 1 << 30,
+    ) -> None:
         self.sock = make_socket(zmq.PULL, rcvhwm=hwm)
-        self.sock.setsockopt(zmq.RCVBUF, SOCKET_BUFFER_BYTES)
+        self.sock.setsockopt(zmq.RCVBUF, buffer_bytes)
         try:
             self.sock.bind(bind)
         except zmq.ZMQError:

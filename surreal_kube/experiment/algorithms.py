@@ -6,6 +6,7 @@ the learning core all read them, and the CLI and the CRD should not pay for impo
 
 from __future__ import annotations
 
+import math
 from typing import Annotated, Literal
 
 from pydantic import Field, model_validator
@@ -168,14 +169,26 @@ steps); TD3 as usually run draws 256 (one batch of 256 per step), Acme's D4PG 32
 limiter drew 4.7 and did not learn (HalfCheetah-v5, 4 minutes)."""
 
 
+DEFAULT_FLUSH_ITERATION = {"ppo": 1, "ddpg": 4}
+"""Items an agent buffers before one send when the spec leaves `agents.flushIteration` unset."""
+
+
+def flush_iteration(algorithm: PPOConfig | DDPGConfig, configured: int | None) -> int:
+    """Items per experience message: the spec's, else the algorithm's default."""
+    return configured if configured is not None else DEFAULT_FLUSH_ITERATION[algorithm.name]
+
+
 def default_rate_limit(algorithm: PPOConfig | DDPGConfig) -> tuple[float, float]:
     """(samples per insert, tolerance in items) that replay enforces unless the spec sets them.
 
-    PPO: inserts may run one batch ahead of the learner (beyond `replay.startSampling`; then
-    agents wait), so what waits in replay is about two batches old at most, within the policy-lag
-    bound. DDPG: 1,000 transitions (or one batch, if larger).
+    PPO: the least tolerance that leaves room for a batch (`SampleToInsertRatio`), about half a
+    batch beyond `replay.startSampling`; then agents wait. Whatever waits in replay ages by one
+    learner iteration per batch ahead of it: with agents that outrun the learner (8 on 2 cores) a
+    tolerance of a whole batch kept two batches waiting, and with the learner's prefetch the
+    items it learned from lagged by 4.8 iterations, most of them dropped at the bound of 3.
+    DDPG: 1,000 transitions (or one batch, if larger).
     """
     spi = DEFAULT_SAMPLES_PER_INSERT[algorithm.name]
     if algorithm.name == "ppo":
-        return spi, float(algorithm.batch_size)
+        return spi, float(math.ceil((algorithm.batch_size / spi + 1) / 2))
     return spi, float(max(1000, algorithm.batch_size))

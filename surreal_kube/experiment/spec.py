@@ -72,8 +72,11 @@ class AgentsSpec(SpecModel):
         "step", description="fetch parameters once per episode, or every fetchInterval steps"
     )
     fetch_interval: int = Field(100, ge=1, description="steps between fetches (fetchMode=step)")
-    flush_iteration: int = Field(
-        4, ge=1, description="sub-trajectories buffered before one send to replay"
+    flush_iteration: int | None = Field(
+        None,
+        ge=1,
+        description="items buffered before one send to replay; null: the algorithm's default "
+        "(ppo 1: on-policy items age while they wait; ddpg 4)",
     )
     device: Literal["auto", "cpu", "cuda"] = Field("cpu", description="where agents run inference")
 
@@ -123,7 +126,7 @@ class ReplaySpec(SpecModel):
         None,
         gt=0,
         description="rate limiter: items inserts may run ahead of (or behind) the ratio; null: "
-        "ppo 1 batch, ddpg 1000",
+        "ppo half a batch, ddpg 1000",
     )
 
 

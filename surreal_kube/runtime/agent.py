@@ -33,8 +33,9 @@ from typing import Any
 
 import numpy as np
 
-from surreal_kube.comm.experience import ExperienceSender
+from surreal_kube.comm.experience import ON_POLICY_PIPE, ExperienceSender
 from surreal_kube.comm.parameters import FetchSchedule, ParameterClient
+from surreal_kube.experiment.algorithms import flush_iteration
 from surreal_kube.experiment.topology import collector
 from surreal_kube.runtime.base import RoleBase
 from surreal_kube.runtime.context import RoleContext
@@ -87,9 +88,11 @@ class AgentsRole(RoleBase):
             on_fetch_parameter_failed=self._on_fetch_failed,
             on_fetch_parameter_success=self._on_fetch_success,
         )
+        on_policy = spec.replay.kind == "fifo"
         self.sender = ExperienceSender(
             [ctx.addr(collector(i)) for i in range(spec.replay.shards)],
-            flush_iteration=spec.agents.flush_iteration,
+            flush_iteration=flush_iteration(spec.algorithm, spec.agents.flush_iteration),
+            **(ON_POLICY_PIPE if on_policy else {}),
             timeout=spec.ps.timeout_seconds,
             source=ctx.process,
             wait_hook=self._wait_for_replay,
@@ -194,7 +197,10 @@ class AgentsRole(RoleBase):
                 for item in items:
                     item["param_version"] = self._version_stamp
                 self.sender.env_steps = self.progress_steps
+                waited = self.sender.waited_seconds
                 self.sender.send(items)
+                if self.sender.waited_seconds > waited:
+                    self.fetch()  # replay held us back while the learner moved on: catch up now
             t4 = clock()
             split["inference"] += t1 - t0
             split["env"] += t2 - t1

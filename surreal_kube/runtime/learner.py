@@ -18,11 +18,11 @@ Policy lag: every item carries the version of the parameters that produced it. T
 measures lag = its iteration - that version for every item it learns from (mean and p95 per
 report, in TensorBoard under `lag/`, and in its progress file). On-policy, shards serve only items
 within `algorithm.maxPolicyLag` of the iteration a request names, and a batch is learned from at
-most `prefetch` (2) iterations after its request: so every item learned from lags by at most
-maxPolicyLag + 2, and the learner drops (and counts) anything beyond that. Counters from the
-shards (inserted, sampled, overwritten, stale) arrive with every batch. The global env steps (sum
-over agents, from the shards) is the step of every scalar and travels with the published
-parameters, so agents and evals report against it too.
+most `prefetch` (ON_POLICY_PREFETCH) iterations after its request: so every item learned from
+lags by at most maxPolicyLag + prefetch, and the learner drops (and counts) anything beyond that.
+Counters from the shards (inserted, sampled, overwritten, stale) arrive with every batch. The
+global env steps (sum over agents, from the shards) is the step of every scalar and travels with
+the published parameters, so agents and evals report against it too.
 """
 
 from __future__ import annotations
@@ -47,8 +47,9 @@ PUBLISH_MIN_INTERVAL = 0.1
 """Seconds between publications: fast off-policy learners publish at most 10 times a second."""
 SNAPSHOT_BYTES = 128 << 20
 """Memory for the parameters of recent publications (to save the exact ones an eval scored)."""
-ON_POLICY_PREFETCH = 2
-"""On-policy learners keep at most this many batches requested or waiting: each one ahead ages."""
+ON_POLICY_PREFETCH = 1
+"""On-policy learners keep one batch requested or waiting while they learn: each batch ahead ages
+by one iteration before it is learned from (2 gave agents that outrun the learner a lag of 4.8)."""
 LAG_WINDOW = 100_000
 """Item lags kept for the percentiles of one report."""
 

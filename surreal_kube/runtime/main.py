@@ -47,6 +47,19 @@ ROLES: dict[str, str] = {
 }
 """Role name -> class, imported lazily so that a replay shard never imports torch."""
 
+NICENESS: dict[str, int] = {"agents": 10, "eval": 5, "tensorboard": 10}
+"""Roles that yield the CPU to the others, which the experiment waits on (the learner first).
+
+On one machine (the local backend, or pods without CPU limits sharing a node) the kernel's fair
+scheduler gives every runnable process an equal share: with 8 agent processes on 2 cores the
+learner got a tenth of the CPU, half its iterations with 2 agents, while the agents made
+experience that aged past the policy-lag bound waiting for it. Agents are throttled by replay's
+rate limiter anyway, so giving them what the learner leaves costs them nothing the learner could
+have used. Evals rank between: they must still report while agents run flat out. TensorBoard's
+start (a second of CPU, at the moment every role starts) waits behind the roles. In a pod with a
+CPU limit of its own, niceness only orders the processes of that container: harmless.
+"""
+
 FORWARDED_SIGNALS = (
     signal.SIGTERM,
     signal.SIGINT,
@@ -110,6 +123,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"surreal-kube-role: {exc}", file=sys.stderr)
         return 2
     setup_logging(ctx.process, ctx.optional_addr("loggerplex"))
+    if NICENESS.get(args.role):
+        with contextlib.suppress(OSError):  # a seccomp profile may forbid it: run as we are
+            os.nice(NICENESS[args.role])
     stop = StopFlag()
     watch_supervisor(stop)  # a role never outlives the local supervisor that started it
     role = None

@@ -31,7 +31,7 @@ from typing import Any
 
 import zmq
 
-from surreal_kube.comm.experience import ExperienceReceiver
+from surreal_kube.comm.experience import ON_POLICY_PIPE, ExperienceReceiver
 from surreal_kube.comm.sampling import SamplerBroker, SampleServer
 from surreal_kube.experiment.topology import collector
 from surreal_kube.runtime.base import RoleBase
@@ -137,7 +137,9 @@ class ReplayShard(RoleBase):
             beta=spec.beta,
             seed=ctx.spec.session.seed + 1000 + ctx.index,
         )
-        self.receiver = ExperienceReceiver(ctx.bind(collector(ctx.index)))
+        self.receiver = ExperienceReceiver(
+            ctx.bind(collector(ctx.index)), **(ON_POLICY_PIPE if spec.kind == "fifo" else {})
+        )
         # Wait (briefly) for the load balancer, so the log says whether it is reachable.
         self.server = SampleServer(
             ctx.addr("replay-sampler-backend"), index=ctx.index, wait_connected=5.0

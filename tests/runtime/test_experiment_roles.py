@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 import urllib.request
 
@@ -51,6 +52,11 @@ def test_experiment_runs_and_a_restarted_learner_resumes(local_run):
     _wait(lambda: _status(run, "evals-0").get("evaluations", 0) >= 1, 60, "an evaluation")
     agents = _status(run, "agents-0")
     assert agents["state"] == "running" and agents["extra"]["items_dropped"] == 0
+    # agents and evals yield the CPU to the learner (runtime.main.NICENESS)
+    ours = os.getpriority(os.PRIO_PROCESS, 0)
+    niceness = {n: os.getpriority(os.PRIO_PROCESS, run.procs[n].pid) - ours for n in run.procs}
+    assert niceness["agents-0"] == 10 and niceness["evals-0"] == 5, niceness
+    assert niceness["learner"] == niceness["replay-shard-0"] == 0, niceness
     assert set(agents["env_steps_per_agent"]) == {"0", "1"}
     assert agents["env_steps"] == sum(agents["env_steps_per_agent"].values()) > 0
 

@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 import torch
 
-from surreal_kube.comm.experience import ExperienceSender
+from surreal_kube.comm.experience import ON_POLICY_PIPE, ExperienceSender
 from surreal_kube.comm.parameters import ParameterPublisher
 from surreal_kube.comm.sampling import Prefetcher
 from surreal_kube.runtime.context import RoleContext
@@ -37,10 +37,11 @@ def _slow_learner_and_fast_producer(run) -> tuple[list[int], dict, ExperienceSen
     """Run a producer thread flat out and a learner that takes 0.2 s per batch; lags seen."""
     version = [0]
     stop = threading.Event()
-    sender = ExperienceSender(
+    sender = ExperienceSender(  # as an on-policy agent's (runtime.agent)
         [run.addr("replay-collector-0")],
-        flush_iteration=4,
+        flush_iteration=1,
         timeout=5.0,
+        **ON_POLICY_PIPE,
         source="agents-0",
         wait_hook=lambda waited: not stop.is_set(),
     )
@@ -97,10 +98,12 @@ def test_lag_stays_bounded_with_a_fast_producer_and_a_slow_learner(local_run, li
     sampled = ITERATIONS * BATCH
     assert stats["smp"] == sampled
     if limiter == "on":
-        # the producer was held back: it waited, and little of what it made was wasted (what
-        # waited in the socket queues while the learner moved on went stale)
+        # the producer was held back: it waited, and little of what it made was wasted: what
+        # waits in the socket queues while the learner moves on goes stale, and on-policy pipes
+        # are one message deep (comm.experience.ON_POLICY_PIPE; with the default depths about
+        # half of it went stale)
         assert sender.waited_seconds > 0.2, sender.waited_seconds
-        assert stats["stale"] + stats["ovw"] <= sampled // 2, stats
+        assert stats["stale"] + stats["ovw"] <= sampled // 8, stats
         assert stats["ins"] <= 2 * sampled, stats
     else:
         # nothing held the producer back: what it made beyond what was sampled and what the ring
