@@ -216,7 +216,10 @@ class ParameterShard:
     def __init__(
         self, publish_addr: str, backend_addr: str, *, max_bytes: int = wire.DEFAULT_MAX_BYTES
     ):
-        self.sub = make_socket(zmq.SUB, connect=publish_addr, rcvhwm=4)
+        # no back-off towards the learner: it binds last (seconds of torch imports), and a
+        # shard backed off to 1 s got its first parameters 0.9 s after they were published,
+        # holding up every agent (at most 64 shards: their retries cost nothing)
+        self.sub = make_socket(zmq.SUB, connect=publish_addr, rcvhwm=4, reconnect_max_ms=100)
         self.sub.setsockopt(zmq.SUBSCRIBE, b"")
         self.rep = make_socket(zmq.REP, connect=backend_addr)
         self._max_bytes = max_bytes

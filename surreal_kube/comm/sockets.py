@@ -30,9 +30,13 @@ def make_socket(
     rcvtimeo_ms: int | None = None,
     immediate: bool = False,
     linger_ms: int = DEFAULT_LINGER_MS,
+    reconnect_max_ms: int = 1000,
     ctx: zmq.Context | None = None,
 ) -> zmq.Socket:
-    """A socket with our defaults, bound or connected to one address."""
+    """A socket with our defaults, bound or connected to one address.
+
+    It reconnects 100 ms after a peer went away, backing off to `reconnect_max_ms` for a peer
+    that stays away (thousands of agents retrying a restarting service must not flood it)."""
     sock = (ctx or context()).socket(kind)
     sock.setsockopt(zmq.LINGER, linger_ms)
     sock.setsockopt(zmq.SNDHWM, sndhwm)
@@ -43,9 +47,8 @@ def make_socket(
         sock.setsockopt(zmq.RCVTIMEO, rcvtimeo_ms)
     if immediate:
         sock.setsockopt(zmq.IMMEDIATE, 1)
-    # Reconnect quickly after a peer restarts, backing off to 1 s for a peer that stays away.
     sock.setsockopt(zmq.RECONNECT_IVL, 100)
-    sock.setsockopt(zmq.RECONNECT_IVL_MAX, 1000)
+    sock.setsockopt(zmq.RECONNECT_IVL_MAX, max(reconnect_max_ms, 100))
     try:
         if bind is not None:
             sock.bind(bind)

@@ -264,3 +264,15 @@ def test_fetch_schedule_modes():
     assert episodic.due(episode_start=True) is True
     with pytest.raises(ValueError):
         FetchSchedule("sometimes", 1)  # type: ignore[arg-type]
+
+
+def test_a_shard_does_not_back_off_from_the_learner_that_binds_last():
+    """The learner binds its publisher seconds after the shards start (torch's imports); backed
+    off to 1 s, a shard got the first parameters 0.9 s after they were published (create --local
+    to the first update: 6.5 s)."""
+    shard = ParameterShard("tcp://127.0.0.1:9", "tcp://127.0.0.1:9")
+    try:
+        assert shard.sub.getsockopt(zmq.RECONNECT_IVL_MAX) == 100
+        assert shard.rep.getsockopt(zmq.RECONNECT_IVL_MAX) == 1000  # the rest backs off
+    finally:
+        shard.close()
