@@ -8,9 +8,11 @@ exactly the workloads whose digest changed, and `changed_components` says which,
 
 `resources`, `images` and `placement` are not listed: they are part of the pod template itself,
 so changing them rolls the pods without a digest. `agents.count` and `evals.count` are left out
-of every component but tensorplex (which sizes its aggregation by them): scaling changes the
-replica count of a StatefulSet and must not restart the pods that already run, so a running agent
-keeps the count it started with (DDPG spreads its exploration noise by it).
+of every component but tensorplex (which sizes its aggregation and the budget's end by them, and
+waits for the final evaluation by `evals.episodes` and `evals.intervalSeconds`: see
+runtime/conductor.py): scaling changes the replica count of a StatefulSet and must not restart
+the pods that already run, so a running agent keeps the count it started with (DDPG spreads its
+exploration noise by it).
 
 `tests/experiment/test_reads.py` checks the runtime modules against this table, so a role that
 starts reading a new part of the spec without declaring it fails a test instead of silently
@@ -32,7 +34,14 @@ COMPONENT_READS: dict[str, tuple[str, ...]] = {
     "eval": ("algorithm", "env", "agents", "evals", "ps", "session"),
     "replay": ("algorithm", "replay", "session"),
     "ps": ("ps", "session"),
-    "tensorplex": ("agents.count", "evals.count", "session"),
+    "tensorplex": (
+        "agents.count",
+        "agents.batch",
+        "evals.count",
+        "evals.episodes",
+        "evals.intervalSeconds",
+        "session",
+    ),
     "loggerplex": ("session",),
     "tensorboard": ("session",),
 }

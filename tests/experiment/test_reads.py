@@ -28,6 +28,7 @@ MODULE_COMPONENT = {
     "replay.py": "replay",
     "ps.py": "ps",
     "tensorplex.py": "tensorplex",
+    "conductor.py": "tensorplex",  # tensorplex's: it ends a run that has a budget
     "loggerplex.py": "loggerplex",
     "tensorboard.py": "tensorboard",
 }
@@ -80,13 +81,42 @@ def test_every_section_a_role_reads_is_declared(module: str, algorithm: str) -> 
     assert not undeclared, f"{module} reads {sorted(undeclared)}: declare it in COMPONENT_READS"
 
 
+@pytest.mark.parametrize("module", sorted(MODULE_COMPONENT))
+def test_a_section_declared_by_its_fields_is_read_by_those_fields_only(module: str) -> None:
+    """Before, tensorplex (its conductor) read evals.episodes, evals.intervalSeconds and
+    agents.batch while it declared only the counts: an edit of those left it running stale."""
+    entries = COMPONENT_READS[MODULE_COMPONENT[module]]
+    whole = {e for e in entries if "." not in e}
+    fields = {e for e in entries if "." in e}
+    text = (RUNTIME / module).read_text()
+    read = set()
+    for section, field in re.findall(r"(?:ctx\.spec|\bspec)\.(\w+)\.(\w+)", text):
+        if section in SECTIONS and section not in whole:
+            for name in DERIVED.get((section, field), (field,)):
+                read.add(f"{section}.{_camel(name)}")
+    undeclared = read - fields
+    assert not undeclared, f"{module} reads {sorted(undeclared)}: declare it in COMPONENT_READS"
+
+
+DERIVED = {("agents", "groups"): ("count", "batch")}
+"""Properties of the spec and the fields they read."""
+
+
+def _camel(name: str) -> str:
+    head, *rest = name.split("_")
+    return head + "".join(part.title() for part in rest)
+
+
 def exp(**sets: Any) -> Any:
     return resolve_experiment("exp-reads", sets=[f"spec.{k}={v}" for k, v in sets.items()])
 
 
-def test_an_eval_setting_restarts_only_evals() -> None:
+def test_an_eval_setting_restarts_only_evals_and_what_waits_for_them() -> None:
     before, after = exp(), exp(**{"evals.episodes": 7})
-    assert changed_components(before, after) == {"eval": ["evals"]}
+    assert changed_components(before, after) == {
+        "eval": ["evals"],
+        "tensorplex": ["evals.episodes"],  # the final evaluation of a budget's end
+    }
     assert config_digest(before, "learner") == config_digest(after, "learner")
     assert config_digest(before, "eval") != config_digest(after, "eval")
 

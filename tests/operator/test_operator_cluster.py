@@ -259,7 +259,7 @@ def test_spec_edits_are_followed_without_touching_the_learner(
         digest = "surreal.ai/config-digest"
         learner_generation = kube.get(DEPLOY, f"{name}-learner")["metadata"]["generation"]
         evals_before = kube.get(STS, f"{name}-evals")["spec"]["template"]["metadata"]
-        kube.patch(EXPERIMENT, name, {"spec": {"evals": {"episodes": 7}}})
+        kube.patch(EXPERIMENT, name, {"spec": {"evals": {"mode": "stochastic"}}})
         wait_for(
             "Applied to say the evals restart",
             lambda: applied_message(kube, name).endswith("restarting eval (evals changed)"),
