@@ -88,3 +88,29 @@ def test_the_results_configmap_stays_under_its_limit_keeping_the_newest_points()
     assert base64.b64decode(body["binaryData"][shared.PICTURE]) == files[shared.PICTURE]
     small = conductor.configmap_body({**files, shared.CURVE: point.encode()})
     assert small["data"][shared.CURVE] == point
+
+
+def test_the_final_evaluation_waits_for_new_parameters_then_gives_up_with_what_it_has(
+    tmp_path: Any, caplog: Any
+) -> None:
+    t = ProgressTracker()
+    t.restore(progress.Record(started_at=time.time() - 61), now=time.time())
+    t.observe("learner", None, None, 500, 1.0, {"learner/published_iteration": 9.0})
+    c = conductor_for(["session.maxTimeSeconds=60", "evals.count=1"], t, tmp_path)
+    c.step()
+    assert c.phase == conductor.FINAL_EVAL and c.wanted_version == 9
+    # an evaluation of older parameters arriving now is a point of the curve, not the final one
+    c.observe("evals-0", "evals", 0, 510, {conductor.EVAL_RETURN: 5.0, conductor.EVAL_VERSION: 8})
+    assert not c._final_evaluation_done() and c.final is None
+    # past one interval and FINAL_EVAL_TIMEOUT: the run ends with what it has, and says so
+    c.budget_at = time.monotonic() - c.final_eval_timeout() - 1
+    with caplog.at_level("WARNING", logger="surreal_kube.runtime.conductor"):
+        assert c._final_evaluation_done()
+    assert c.phase == conductor.WRITING and c.final is None
+    assert any("no final evaluation after" in r.getMessage() for r in caplog.records)
+    assert [p["param_version"] for p in c.points] == [8]
+    # with a fresh one in time, that one is the final evaluation
+    c2 = conductor_for(["session.maxTimeSeconds=60", "evals.count=1"], t, tmp_path / "c2")
+    c2.step()
+    c2.observe("evals-0", "evals", 0, 520, {conductor.EVAL_RETURN: 7.0, conductor.EVAL_VERSION: 9})
+    assert c2._final_evaluation_done() and c2.final["eval_return"] == 7.0  # type: ignore[index]
