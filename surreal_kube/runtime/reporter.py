@@ -81,7 +81,9 @@ class ProgressTracker:
         self.published: int | None = None
         """The newest parameter version the learner said it published."""
         self.agent_steps: dict[str, int] = {}
-        """Agent process -> its cumulative env steps (AGENT_ENV_STEPS)."""
+        """Agent process -> its cumulative env steps (AGENT_ENV_STEPS), earlier pods included."""
+        self._agent_reported: dict[str, tuple[int, int]] = {}
+        """Agent process -> (steps of its earlier pods, the newest figure its pod reported)."""
         self.agents_done: set[str] = set()
         self.learner_values: dict[str, float] = {}
         """The learner's newest scalars (policy lag and replay figures for the summary)."""
@@ -117,13 +119,29 @@ class ProgressTracker:
             if group == "agents" and index is not None and AGENT_STEPS_PER_S in values:
                 self._agent_rates[index] = (values[AGENT_STEPS_PER_S], time.monotonic())
             if group == "agents" and AGENT_ENV_STEPS in values:
-                steps = int(values[AGENT_ENV_STEPS])
-                self.agent_steps[source] = max(self.agent_steps.get(source, 0), steps)
+                self.agent_steps[source] = self._agent_total(source, int(values[AGENT_ENV_STEPS]))
                 self.env_steps = max(self.env_steps or 0, sum(self.agent_steps.values()))
             if group == "agents" and values.get(AGENT_BUDGET_DONE, 0.0) >= 1.0:
                 self.agents_done.add(source)
             if EVAL_RETURN in values and stamp >= self._return_time:
                 self.last_return, self._return_time = values[EVAL_RETURN], stamp
+
+    def _agent_total(self, source: str, steps: int) -> int:
+        """An agent process's steps, earlier pods included.
+
+        An agent keeps its cumulative count in its status file, which survives a container
+        restart but not a replaced pod (emptyDir): the new pod counts from 0 again. Without
+        this, its steps were ignored until they passed the old pod's and the step budget
+        overshot by that much. A figure under half the previous one is a new pod (a report
+        that merely arrives late differs by one report interval).
+        """
+        base, last = self._agent_reported.get(source, (0, 0))
+        if steps < last // 2:
+            base += last
+        elif steps < last:
+            steps = last  # late, not new
+        self._agent_reported[source] = (base, steps)
+        return base + steps
 
     def record(self) -> progress.Record:
         """The record to write now."""

@@ -114,3 +114,17 @@ def test_the_final_evaluation_waits_for_new_parameters_then_gives_up_with_what_i
     c2.step()
     c2.observe("evals-0", "evals", 0, 520, {conductor.EVAL_RETURN: 7.0, conductor.EVAL_VERSION: 9})
     assert c2._final_evaluation_done() and c2.final["eval_return"] == 7.0  # type: ignore[index]
+
+
+def test_a_replaced_agent_pod_counting_from_zero_adds_to_what_its_predecessor_made() -> None:
+    """Its status file lives in an emptyDir: before, its steps were ignored until they passed the
+    old pod's, and the step budget overshot by that much."""
+    t = ProgressTracker()
+    t.observe("agents-0", "agents", 0, 0, 1.0, {"agent/env_steps": 40_000.0})
+    t.observe("agents-1", "agents", 1, 0, 1.0, {"agent/env_steps": 40_000.0})
+    t.observe("agents-0", "agents", 0, 0, 2.0, {"agent/env_steps": 39_000.0})  # late: not new
+    assert t.agents()[0] == 80_000
+    t.observe("agents-0", "agents", 0, 0, 3.0, {"agent/env_steps": 1_000.0})  # a new pod
+    assert t.agents()[0] == 81_000
+    t.observe("agents-0", "agents", 0, 0, 4.0, {"agent/env_steps": 5_000.0})
+    assert t.agents()[0] == 85_000 and t.env_steps == 85_000
