@@ -6,7 +6,6 @@ the learning core all read them, and the CLI and the CRD should not pay for impo
 
 from __future__ import annotations
 
-import math
 from typing import Annotated, Literal
 
 from pydantic import Field, model_validator
@@ -181,14 +180,14 @@ def flush_iteration(algorithm: PPOConfig | DDPGConfig, configured: int | None) -
 def default_rate_limit(algorithm: PPOConfig | DDPGConfig) -> tuple[float, float]:
     """(samples per insert, tolerance in items) that replay enforces unless the spec sets them.
 
-    PPO: the least tolerance that leaves room for a batch (`SampleToInsertRatio`), about half a
-    batch beyond `replay.startSampling`; then agents wait. Whatever waits in replay ages by one
-    learner iteration per batch ahead of it: with agents that outrun the learner (8 on 2 cores) a
-    tolerance of a whole batch kept two batches waiting, and with the learner's prefetch the
-    items it learned from lagged by 4.8 iterations, most of them dropped at the bound of 3.
-    DDPG: 1,000 transitions (or one batch, if larger).
+    PPO: inserts may run one batch ahead of the learner (beyond `replay.startSampling`; then
+    agents wait). Not less: between the shard's two limits there must be room for a batch and
+    for a whole experience message (`agents.flushIteration` items), or a shard there neither
+    takes nor serves (see `ExperimentSpec._check_rate_limit`). What waits in replay ages; what
+    kept PPO's lag low when agents outrun the learner is the shallow pipe in front of it
+    (`comm.experience.ON_POLICY_PIPE`). DDPG: 1,000 transitions (or one batch, if larger).
     """
     spi = DEFAULT_SAMPLES_PER_INSERT[algorithm.name]
     if algorithm.name == "ppo":
-        return spi, float(math.ceil((algorithm.batch_size / spi + 1) / 2))
+        return spi, float(algorithm.batch_size)
     return spi, float(max(1000, algorithm.batch_size))

@@ -126,7 +126,7 @@ class ReplaySpec(SpecModel):
         None,
         gt=0,
         description="rate limiter: items inserts may run ahead of (or behind) the ratio; null: "
-        "ppo half a batch, ddpg 1000",
+        "ppo 1 batch, ddpg 1000",
     )
 
 
@@ -301,16 +301,21 @@ class ExperimentSpec(SpecModel):
         return self
 
     def _check_rate_limit(self) -> None:
-        from surreal_kube.experiment.algorithms import default_rate_limit
+        """Between a shard's limits (inserts wait above one, samples below the other) there must
+        be room for a batch and a whole experience message: a shard whose count sits where the
+        next message does not fit and the next batch is not there yet neither takes nor serves."""
+        from surreal_kube.experiment.algorithms import default_rate_limit, flush_iteration
 
         spi, tolerance = default_rate_limit(self.algorithm)
         spi = spi if self.replay.samples_per_insert is None else self.replay.samples_per_insert
         tolerance = tolerance if self.replay.rate_tolerance is None else self.replay.rate_tolerance
         batch = self.algorithm.batch_size
-        if spi > 0 and (2 * tolerance - 1) * spi < batch:
+        message = flush_iteration(self.algorithm, self.agents.flush_iteration)
+        if spi > 0 and (2 * tolerance - message) * spi < batch:
             raise ValueError(
                 f"replay.rateTolerance: {tolerance:g} items at {spi:g} samples per insert leaves "
-                f"no room for a batch of {batch}; use at least {(batch / spi + 1) / 2:g}"
+                f"no room for a batch of {batch} and messages of {message} item(s) "
+                f"(agents.flushIteration); use at least {(batch / spi + message) / 2:g}"
             )
 
     def component_resources(self, component: str) -> Resources:

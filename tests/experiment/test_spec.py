@@ -148,4 +148,17 @@ def test_a_prebuilt_image_replaces_the_default_build(tmp_path: Path) -> None:
     assert exp.spec.images["gpu"].build is not None  # untouched
     f = tmp_path / "img.yaml"
     f.write_text("spec:\n  images:\n    gpu: {image: 'registry.example/cuda:2'}\n")
-    assert resolve_experiment("exp", spec_files=[f]).spec.images["gpu"].image == "registry.example/cuda:2"
+    assert (
+        resolve_experiment("exp", spec_files=[f]).spec.images["gpu"].image
+        == "registry.example/cuda:2"
+    )
+
+
+def test_a_rate_tolerance_with_no_room_for_a_whole_message_is_refused() -> None:
+    """Before, only room for a batch was checked: with 40-item messages a shard between its two
+    limits could neither take the next message nor serve a batch, and the run stood still."""
+    sets = ["spec.agents.flushIteration=40", "spec.replay.rateTolerance=40"]
+    with pytest.raises(SpecError, match=r"messages of 40 item\(s\).*use at least 52"):
+        resolve_experiment("exp-rate", sets=sets)
+    resolve_experiment("exp-rate", sets=[sets[0], "spec.replay.rateTolerance=52"])
+    resolve_experiment("exp-rate")  # the defaults fit (PPO: one batch, one item per message)

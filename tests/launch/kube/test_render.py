@@ -340,7 +340,10 @@ def test_multi_process_pods_have_one_container_per_process() -> None:
     # role: a shard that stores and samples weighs three brokers that only route
     assert [c["resources"]["requests"]["cpu"] for c in replay] == ["100m"] + ["300m"] * 3
     assert [c["resources"]["requests"]["memory"] for c in replay] == [
-        "205Mi", "615Mi", "614Mi", "614Mi"
+        "205Mi",
+        "615Mi",
+        "614Mi",
+        "614Mi",
     ]
     ps = by_name["exp-matrix-ps"]["spec"]["template"]["spec"]["containers"]
     assert [c["name"] for c in ps] == ["ps", "ps-shard-0", "ps-shard-1"]
@@ -363,9 +366,7 @@ def test_split_weighted_adds_up_exactly(total: int, weights: list, unit: int, pa
 
 def test_threads_follow_each_containers_cpu_limit() -> None:
     """Pods got no OMP_NUM_THREADS: torch sized its pools to the node's cores under a 1-2 CPU limit."""
-    objects = render_experiment(
-        experiment("ddpg-three-replay-shards"), "rl", images=IMAGES
-    )
+    objects = render_experiment(experiment("ddpg-three-replay-shards"), "rl", images=IMAGES)
     seen = {}
     for _, c in containers(objects):
         env = env_of(c)
@@ -402,11 +403,20 @@ def test_a_spec_edit_rolls_only_the_pods_that_read_it() -> None:
         return validate_document(new)
 
     before = pod_digests(render_experiment(base, "rl", images=IMAGES))
-    evals = pod_digests(render_experiment(edited("evals.episodes", 9), "rl", images=IMAGES))
+    evals = pod_digests(render_experiment(edited("evals.mode", "stochastic"), "rl", images=IMAGES))
     assert {k for k in before if before[k] != evals[k]} == {"exp-matrix-evals"}
+    # the episodes also set how tensorplex's conductor waits for the final evaluation
+    episodes = pod_digests(render_experiment(edited("evals.episodes", 9), "rl", images=IMAGES))
+    assert {k for k in before if before[k] != episodes[k]} == {
+        "exp-matrix-evals",
+        "exp-matrix-tensorplex",
+    }
     algo = pod_digests(render_experiment(edited("algorithm.lrPolicy", 0.01), "rl", images=IMAGES))
     assert {k for k in before if before[k] != algo[k]} == {
-        "exp-matrix-learner", "exp-matrix-agents", "exp-matrix-evals", "exp-matrix-replay"
+        "exp-matrix-learner",
+        "exp-matrix-agents",
+        "exp-matrix-evals",
+        "exp-matrix-replay",
     }
     scaled = render_experiment(edited("agents.count", 16), "rl", images=IMAGES)
     assert {k for k, v in pod_digests(scaled).items() if before[k] != v} == {
