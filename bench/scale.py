@@ -220,6 +220,8 @@ class RunningPods:
                     if self._stop.is_set():
                         return
             except KubeError:
+                if self._stop.is_set():  # stop() closed the connection under the stream
+                    return
                 rv = self._list()
 
     def _note(self) -> None:
@@ -263,7 +265,8 @@ class Bench:
         self.size = size
         self.workdir = workdir
         self.rows: list[Row] = []
-        self._pending: list[tuple[int, float | Callable[[], float]]] = []
+        self._remeasured: list[tuple[int, Callable[[], float]]] = []
+        """Rows whose reference is read again at the end (`final_rows`)."""
         self.edit_reference = 0.0
         self.timelines: dict[str, list[tuple[float, int]]] = {}
         self.kube = Kube(kubeconfig=cp.kubeconfig)
@@ -309,15 +312,15 @@ class Bench:
         value = ref() if callable(ref) else ref
         row = Row(metric, ours, value, unit, better)  # type: ignore[arg-type]
         self.rows.append(row)
-        self._pending.append((len(self.rows) - 1, ref))
+        if callable(ref):
+            self._remeasured.append((len(self.rows) - 1, ref))
         say(f"{metric}: ours {ours:.3f} {unit}, reference {value:.3f} {unit} "
             f"(ratio {row.ratio:.2f})")  # fmt: skip
 
     def final_rows(self) -> list[Row]:
         """The rows, with references that were measured again since (see `Reference`)."""
-        for index, ref in self._pending:
-            if callable(ref):
-                self.rows[index] = replace(self.rows[index], reference=ref())
+        for index, ref in self._remeasured:
+            self.rows[index] = replace(self.rows[index], reference=ref())
         return self.rows
 
     def namespace(self, name: str) -> str:

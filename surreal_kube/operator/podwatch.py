@@ -14,7 +14,6 @@ over as events of type None (as kopf's initial listing), so `PodCache` heals wha
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
 from collections.abc import Callable, Mapping, Sequence
@@ -22,6 +21,7 @@ from typing import Any
 
 from surreal_kube.launch.kube import naming
 from surreal_kube.launch.kube.client import POD, Kube, KubeError
+from surreal_kube.launch.kube.cluster import list_with_version
 
 log = logging.getLogger(__name__)
 
@@ -29,8 +29,6 @@ SELECTOR = f"app.kubernetes.io/managed-by={naming.NAME},{naming.EXPERIMENT_LABEL
 """The pods of experiments (those the operator renders and the CLI applies)."""
 WATCH_SECONDS = 300
 """How long one watch request lasts on the server before it is resumed."""
-PAGE = 500
-"""Pods per page of a list."""
 
 OnEvent = Callable[[str | None, Mapping[str, Any]], None]
 """Called with (event type: ADDED, MODIFIED, DELETED, or None for a listed pod; the pod)."""
@@ -57,21 +55,6 @@ class PodWatcher:
         server's end of the watch (they are daemons: the operator's exit does not wait)."""
         self._stop.set()
 
-    def _path(self, namespace: str | None) -> str:
-        return POD.path(namespace)
-
-    def _list(self, namespace: str | None) -> str:
-        """Hand every pod over (type None); the list's resourceVersion."""
-        query: dict[str, Any] = {"labelSelector": SELECTOR, "limit": PAGE}
-        while True:
-            page = self.kube.raw("GET", self._path(namespace), query=query, what="list pods")
-            for pod in page.get("items") or []:
-                self._deliver(None, pod)
-            meta = page.get("metadata") or {}
-            if not meta.get("continue"):
-                return str(meta.get("resourceVersion") or "")
-            query["continue"] = meta["continue"]
-
     def _deliver(self, kind: str | None, pod: Mapping[str, Any]) -> None:
         try:
             self.on_event(kind, pod)
@@ -84,41 +67,33 @@ class PodWatcher:
         while not self._stop.is_set():
             try:
                 if version is None:
-                    version = self._list(namespace)
+                    pods, version = list_with_version(self.kube, POD, namespace, SELECTOR)
+                    for pod in pods:
+                        self._deliver(None, pod)
                 version = self._follow(namespace, version)
                 failures = 0
-            except KubeError as exc:
+            except KubeError as exc:  # expired (410 Gone) or broken: list again
                 failures += 1
-                version = None  # expired or broken: list again
+                version = None
                 if failures > 1:
                     log.warning("pod watch of %s: %s", namespace or "all namespaces", exc)
                 if self._stop.wait(min(0.5 * failures, 10.0)):
                     return
 
-    def _follow(self, namespace: str | None, version: str) -> str | None:
-        """Stream changes from `version` until the server ends the watch; the last version seen
-        (None: it expired, list again)."""
-        query = {
-            "watch": "true",
-            "labelSelector": SELECTOR,
-            "resourceVersion": version,
-            "timeoutSeconds": WATCH_SECONDS,
-            "allowWatchBookmarks": "true",
-        }
-        lines = self.kube.stream(
-            self._path(namespace), query=query, timeout=WATCH_SECONDS + 10, what="watch pods"
+    def _follow(self, namespace: str | None, version: str) -> str:
+        """Hand over changes from `version` until the server ends the watch; the last version."""
+        events = self.kube.watch(
+            POD,
+            namespace,
+            labels=SELECTOR,
+            resource_version=version,
+            timeout=WATCH_SECONDS,
+            all_namespaces=namespace is None,
         )
-        for line in lines:
+        for kind, pod in events:
             if self._stop.is_set():
-                return version
-            if not line.strip():
-                continue
-            event = json.loads(line)
-            kind, obj = event.get("type"), event.get("object") or {}
-            if kind == "ERROR":  # 410 Gone: the version is too old to resume from
-                log.info("pod watch: %s; listing again", obj.get("message") or obj)
-                return None
-            version = (obj.get("metadata") or {}).get("resourceVersion") or version
+                break
+            version = (pod.get("metadata") or {}).get("resourceVersion") or version
             if kind in ("ADDED", "MODIFIED", "DELETED"):
-                self._deliver(kind, obj)
+                self._deliver(kind, pod)
         return version

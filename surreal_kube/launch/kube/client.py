@@ -596,9 +596,13 @@ class Kube:
         labels: str | Mapping[str, str] | None = None,
         resource_version: str | None = None,
         timeout: float = 60.0,
+        all_namespaces: bool = False,
     ) -> Iterator[tuple[str, dict[str, Any]]]:
-        """(type, object) events until the server ends the watch (about `timeout` seconds)."""
-        ns = self._ns(res, namespace)
+        """(type, object) events until the server ends the watch (about `timeout` seconds).
+
+        An ERROR event (410 Gone: `resource_version` is too old to resume from) is raised as the
+        matching KubeError. `all_namespaces`: watch the kind in every namespace."""
+        ns = None if all_namespaces else self._ns(res, namespace)
         query = {
             "watch": "true",
             "labelSelector": selector(labels) if labels else None,

@@ -616,10 +616,11 @@ def _operator_verdict(kube: Kube, name: str, namespace: str, start: float) -> di
 
 
 def list_with_version(
-    kube: Kube, res: Resource, namespace: str, selector: str
+    kube: Kube, res: Resource, namespace: str | None, selector: str
 ) -> tuple[list[dict[str, Any]], str]:
-    """Every object of a kind matching `selector` (pages of 500) and the list's resourceVersion,
-    from which a watch continues without missing a change."""
+    """Every object of a kind matching `selector` (pages of 500; namespace None: every
+    namespace) and the list's resourceVersion, from which a watch continues without missing a
+    change."""
     query: dict[str, Any] = {"labelSelector": selector, "limit": 500}
     items: list[dict[str, Any]] = []
     while True:
