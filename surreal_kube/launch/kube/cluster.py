@@ -545,56 +545,84 @@ def wait_running(
 ) -> ExperimentStatus:
     """Wait until every pod is Running (returns the status) or the experiment Failed (raises).
 
-    The pods are listed once and then watched (`PodWatch`), so waiting for 10,000 pods costs
-    one list and a stream of changes, not a list of every pod each second; the status is
-    recomputed when something changed, at most every `poll` seconds. Through the operator the
-    `Experiment` is read at most every `poll` seconds too: a spec the operator refuses (its
-    condition Applied=False) or an operator that never picks the object up fails fast instead
-    of waiting for the timeout.
+    Applied directly, the pods are listed once and then watched (`PodWatch`), so waiting for
+    10,000 pods costs one list and a stream of changes, not a list of every pod each second;
+    the status is recomputed when something changed, at most every `poll` seconds.
+
+    Through the operator the `Experiment`'s status is read every `poll` seconds instead, and
+    nothing else: the operator already watches the pods and writes the same `summarize`. A
+    second watch of 10,000 pods here cost the machine as much CPU as the operator's own, while
+    the cluster was busiest creating them. A spec the operator refuses (its condition
+    Applied=False) or an operator that never picks the object up fails fast instead of waiting
+    for the timeout.
     """
     exp, namespace = found_or_plan.exp, found_or_plan.namespace
-    via_operator = found_or_plan.via_operator
     name = exp.metadata.name
     start = time.monotonic()
     topo = found_or_plan.topology if isinstance(found_or_plan, Plan) else experiment_topology(exp)
     desired, gpus = desired_groups(exp, topo), requested_gpus(exp, topo)
-    reported: dict[str, Any] = {}
-    asked = -poll
-    with PodWatch(kube, namespace, naming.experiment_selector(name)) as pods:
+
+    def summary(pods: list[dict[str, Any]], reported: Mapping[str, Any]) -> ExperimentStatus:
+        return summarize(
+            experiment=name,
+            desired=desired,
+            pods=pods,
+            agents_per_pod=exp.spec.agents.batch,
+            gpus=gpus,
+            agent_selector=agent_selector(name),
+            replacements=reported.get("replacements"),
+        )
+
+    def timed_out(reported: Mapping[str, Any]) -> LaunchError:
+        # now say why in the words that need the nodes (one look, not one per second)
+        status = observe(
+            kube, exp, namespace, replacements=reported.get("replacements"), capacity="nodes"
+        )
+        return LaunchError(
+            f"{name} is not running after {timeout:.0f}s: {status.reason}; it was left "
+            f"as it is: see `surreal-kube status {name}`, or delete it"
+        )
+
+    if found_or_plan.via_operator:
         while True:
-            if via_operator and time.monotonic() - asked >= poll:
-                asked = time.monotonic()
-                reported = _operator_verdict(kube, name, namespace, start)
-            status = summarize(
-                experiment=name,
-                desired=desired,
-                pods=pods.snapshot(),
-                agents_per_pod=exp.spec.agents.batch,
-                gpus=gpus,
-                agent_selector=agent_selector(name),
-                replacements=reported.get("replacements"),
-            )
+            reported = _operator_verdict(kube, name, namespace, start)
+            status = _reported_status(reported) or summary([], reported)
             if tick:
                 tick(status)
             if status.phase == "Running":
                 return status
             if time.monotonic() - start > timeout:
-                # now say why in the words that need the nodes (one look, not one per second)
-                status = observe(
-                    kube, exp, namespace, replacements=reported.get("replacements"),
-                    capacity="nodes",
-                )  # fmt: skip
-                raise LaunchError(
-                    f"{name} is not running after {timeout:.0f}s: {status.reason}; it was left "
-                    f"as it is: see `surreal-kube status {name}`, or delete it"
-                )
+                raise timed_out(reported)
+            time.sleep(poll)
+
+    with PodWatch(kube, namespace, naming.experiment_selector(name)) as pods:
+        while True:
+            status = summary(pods.snapshot(), {})
+            if tick:
+                tick(status)
+            if status.phase == "Running":
+                return status
+            if time.monotonic() - start > timeout:
+                raise timed_out({})
             pods.changed.wait(poll)
             time.sleep(min(poll, 0.2))  # fold a burst of changes into one recomputation
             pods.changed.clear()
 
 
+def _reported_status(reported: Mapping[str, Any]) -> ExperimentStatus | None:
+    """The operator's status when it describes the current spec (observedGeneration is the
+    object's generation), else None: right after a spec edit the status still counts the
+    pods of the spec before it."""
+    if not reported.get("phase") or reported.get("observedGeneration") != reported.get(
+        "generation"
+    ):
+        return None
+    return ExperimentStatus.model_validate({k: v for k, v in reported.items() if k != "generation"})
+
+
 def _operator_verdict(kube: Kube, name: str, namespace: str, start: float) -> dict[str, Any]:
-    """The operator's status of `name`; RefusedError / LaunchError when it gave up on it."""
+    """The operator's status of `name`, with the object's `generation` added; RefusedError /
+    LaunchError when it gave up on it."""
     cr = kube.get_or_none(EXPERIMENT, name, namespace)
     if cr is None:
         raise LaunchError(f"Experiment {name} disappeared while starting")
@@ -612,6 +640,8 @@ def _operator_verdict(kube: Kube, name: str, namespace: str, start: float) -> di
             f"watching namespace {namespace!r}? (use --direct to apply the objects "
             "without an operator)"
         )
+    if reported:
+        reported["generation"] = cr["metadata"].get("generation")
     return reported
 
 

@@ -19,7 +19,6 @@ scheduler's own message is rephrased instead.
 
 from __future__ import annotations
 
-import copy
 import json
 import re
 from collections.abc import Iterable, Mapping
@@ -148,7 +147,10 @@ def slim_pod(pod: Mapping[str, Any]) -> dict[str, Any]:
     """The part of a pod that `summarize` and `pending_reason` read, as a new plain dict.
 
     Whoever keeps many pods (the operator watching 10,000 of them, `create` waiting for them)
-    keeps these: about a tenth of a whole pod (no env, volumes, probes, managed fields).
+    keeps these: about a tenth of a whole pod (no env, volumes, probes, managed fields). The
+    small parts kept (resources, tolerations, container states) are shared with `pod`, not
+    copied: every caller drops the decoded pod at once, so the rest of it is freed all the same,
+    and deep copies were a third of the operator's CPU per pod event at 1,000 pods.
     """
     meta = pod.get("metadata") or {}
     spec = pod.get("spec") or {}
@@ -168,15 +170,14 @@ def slim_pod(pod: Mapping[str, Any]) -> dict[str, Any]:
     if owners:
         out_meta["ownerReferences"] = owners
     out_spec: dict[str, Any] = {
-        k: copy.deepcopy(spec[k])
+        k: spec[k]
         for k in ("nodeName", "nodeSelector", "tolerations", "overhead")
         if spec.get(k) is not None
     }
     for key in ("containers", "initContainers"):
         if spec.get(key):
             out_spec[key] = [
-                {"name": c.get("name"), "resources": copy.deepcopy(c.get("resources") or {})}
-                for c in spec[key]
+                {"name": c.get("name"), "resources": c.get("resources") or {}} for c in spec[key]
             ]
     out_status: dict[str, Any] = {
         k: status[k] for k in ("phase", "reason", "message") if status.get(k) is not None
@@ -189,7 +190,7 @@ def slim_pod(pod: Mapping[str, Any]) -> dict[str, Any]:
     if status.get("containerStatuses"):
         out_status["containerStatuses"] = [
             {
-                k: copy.deepcopy(c[k])
+                k: c[k]
                 for k in ("name", "image", "ready", "restartCount", "state", "lastState")
                 if k in c
             }

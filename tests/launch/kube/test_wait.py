@@ -1,0 +1,76 @@
+"""`wait_running` through the operator: it follows the status the operator writes.
+
+At 10,000 agents a second watch of every pod (the CLI's, beside the operator's) cost the machine
+about as much CPU as the operator itself while the cluster was busiest creating those pods
+(bench/scale.py). So through the operator the CLI reads the one `Experiment`, and never the pods;
+and a status written for an older generation of the spec (right after `scale`) is not taken as
+the answer.
+"""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from surreal_kube.errors import LaunchError
+from surreal_kube.experiment.resolve import resolve_experiment
+from surreal_kube.launch.kube import cluster
+from surreal_kube.launch.kube.status import ExperimentStatus
+
+
+class StatusOnly:
+    """A cluster that serves one Experiment whose status changes from read to read; any other
+    read (pods above all) fails the test."""
+
+    def __init__(self, statuses: list[tuple[int, dict[str, Any]]]) -> None:
+        self.statuses = statuses
+        self.reads = 0
+
+    def get_or_none(self, res: Any, name: str, namespace: str | None = None) -> dict[str, Any]:
+        assert res.kind == "Experiment", f"read a {res.kind}"
+        generation, status = self.statuses[min(self.reads, len(self.statuses) - 1)]
+        self.reads += 1
+        return {"metadata": {"name": name, "generation": generation}, "status": status}
+
+    def __getattr__(self, attr: str) -> Any:
+        raise AssertionError(f"wait_running through the operator called kube.{attr}")
+
+
+def running(generation: int, ready: str = "5/5") -> dict[str, Any]:
+    return {"phase": "Running", "observedGeneration": generation, "ready": ready}
+
+
+@pytest.fixture
+def found() -> Any:
+    exp = resolve_experiment("waiting", sets=["agents.count=2"])
+    return SimpleNamespace(exp=exp, namespace="ns", via_operator=True)
+
+
+def test_through_the_operator_the_status_is_followed_not_the_pods(found: Any) -> None:
+    kube = StatusOnly(
+        [
+            (1, {}),  # not picked up yet
+            (1, {"phase": "Pending", "observedGeneration": 1, "ready": "2/5"}),
+            (1, running(1)),
+        ]
+    )
+    ticks: list[ExperimentStatus] = []
+    status = cluster.wait_running(kube, found, poll=0.01, tick=ticks.append)  # type: ignore[arg-type]
+    assert status.phase == "Running" and status.ready == "5/5"
+    assert [t.phase for t in ticks] == ["Pending", "Pending", "Running"]
+    assert ticks[0].ready.startswith("0/") and ticks[1].ready == "2/5"
+
+
+def test_a_status_of_an_older_generation_is_not_the_answer(found: Any) -> None:
+    # `scale` bumped the generation to 2; the operator's status still describes generation 1
+    kube = StatusOnly([(2, running(1, "4/4")), (2, running(1, "4/4")), (2, running(2, "5/5"))])
+    status = cluster.wait_running(kube, found, poll=0.01)  # type: ignore[arg-type]
+    assert status.ready == "5/5" and kube.reads == 3
+
+
+def test_an_experiment_the_operator_failed_raises(found: Any) -> None:
+    kube = StatusOnly([(1, {"phase": "Failed", "reason": "the learner cannot run"})])
+    with pytest.raises(LaunchError, match="the learner cannot run"):
+        cluster.wait_running(kube, found, poll=0.01)  # type: ignore[arg-type]
