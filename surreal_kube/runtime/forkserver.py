@@ -48,9 +48,7 @@ LIGHT = (
     "surreal_kube.runtime.tensorboard",
 )
 HEAVY = (
-    "torch",
-    "torch.optim",
-    "torch._dynamo",  # every optimizer imports it (torch marks methods never-compile): once here
+    "torch",  # not torch._dynamo, 1.5 s more: no role uses it (see rl/optim.py)
     "gymnasium",
     "mujoco",
     "surreal_kube.envs",
