@@ -42,6 +42,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -248,9 +249,11 @@ SK = [sys.executable, "-m", "surreal_kube.cli.main"]
 
 
 def local_experiment(
-    tag: str, env_id: str, algorithm: str, agents: int, seconds: float
+    tag: str, env_id: str, algorithm: str, agents: int, seconds: float, sets: Sequence[str] = ()
 ) -> dict[str, object]:
-    """Run one local experiment to its time budget; its summary (the curve goes to results/)."""
+    """Run one local experiment to its time budget; its summary (the curve goes to results/).
+
+    sets: `--set KEY=VALUE` overrides (a variant of the defaults, to compare in one run)."""
     root = Path(tempfile.mkdtemp(prefix=f"bench-{tag}-"))
     name = f"bench-{tag}"
     cmd = [
@@ -271,6 +274,7 @@ def local_experiment(
         "1",
         "--max-time",
         str(seconds),
+        *(arg for kv in sets for arg in ("--set", kv)),
     ]
     res = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     if res.returncode:

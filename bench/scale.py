@@ -601,17 +601,51 @@ def _epoch(stamp: str) -> float:
     return dt.datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
 
 
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def wait_healthy(op: subprocess.Popen[bytes], url: str, timeout: float = 120.0) -> None:
+    """Until the operator serves its liveness probe (kopf starts it with its watches).
+
+    An operator runs long before anyone creates an experiment; timing a create from the
+    operator's own start would count its interpreter and imports, which kubectl never pays.
+    """
+    import urllib.error
+    import urllib.request
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if op.poll() is not None:
+            raise RuntimeError(f"the operator exited ({op.returncode}) before it was ready")
+        try:
+            with urllib.request.urlopen(url, timeout=2) as reply:
+                if reply.status == 200:
+                    return
+        except (urllib.error.URLError, OSError):
+            pass
+        time.sleep(0.2)
+    raise RuntimeError(f"the operator did not serve {url} within {timeout:.0f} s")
+
+
 def measure_operator(b: Bench, ref: Reference, expected: int, audit: Path) -> None:
     ns = b.namespace("scale-operator")
     name = "scale-op"
     install_crd(b)
     log = open(b.workdir / "operator.log", "ab")  # noqa: SIM115 - the child keeps it
+    health = f"http://127.0.0.1:{free_port()}/healthz"
     op = subprocess.Popen(
         [sys.executable, "-m", "surreal_kube.operator", "-n", ns, "--kubeconfig",
-         str(operator_kubeconfig(b)), "--profile", str(b.profile), "--log-level", "warning"],
+         str(operator_kubeconfig(b)), "--profile", str(b.profile), "--log-level", "warning",
+         "--liveness", health],
         stdout=log, stderr=subprocess.STDOUT, cwd=CODE, env=b.env(), start_new_session=True,
     )  # fmt: skip
     try:
+        wait_healthy(op, health)
         measure_ours(b, name, ns, expected, direct=False, ref=ref, operator_pid=op.pid)
         rss, _ = rss_mib(op.pid)
         b.add(f"operator RSS watching {expected} pods (reference: 100 MiB)", rss, 100.0, "MiB")
