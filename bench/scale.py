@@ -601,14 +601,6 @@ def _epoch(stamp: str) -> float:
     return dt.datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
 
 
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def wait_healthy(op: subprocess.Popen[bytes], url: str, timeout: float = 120.0) -> None:
     """Until the operator serves its liveness probe (kopf starts it with its watches).
 
@@ -637,6 +629,8 @@ def measure_operator(b: Bench, ref: Reference, expected: int, audit: Path) -> No
     name = "scale-op"
     install_crd(b)
     log = open(b.workdir / "operator.log", "ab")  # noqa: SIM115 - the child keeps it
+    from tests.cluster.controlplane import free_port
+
     health = f"http://127.0.0.1:{free_port()}/healthz"
     op = subprocess.Popen(
         [sys.executable, "-m", "surreal_kube.operator", "-n", ns, "--kubeconfig",

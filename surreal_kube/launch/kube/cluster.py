@@ -585,8 +585,8 @@ def wait_running(
 
     if found_or_plan.via_operator:
         while True:
-            reported = _operator_verdict(kube, name, namespace, start)
-            status = _reported_status(reported) or summary([], reported)
+            reported, generation = _operator_verdict(kube, name, namespace, start)
+            status = _reported_status(reported, generation) or summary([], reported)
             if tick:
                 tick(status)
             if status.phase == "Running":
@@ -609,20 +609,22 @@ def wait_running(
             pods.changed.clear()
 
 
-def _reported_status(reported: Mapping[str, Any]) -> ExperimentStatus | None:
+def _reported_status(
+    reported: Mapping[str, Any], generation: int | None
+) -> ExperimentStatus | None:
     """The operator's status when it describes the current spec (observedGeneration is the
     object's generation), else None: right after a spec edit the status still counts the
     pods of the spec before it."""
-    if not reported.get("phase") or reported.get("observedGeneration") != reported.get(
-        "generation"
-    ):
+    if not reported.get("phase") or reported.get("observedGeneration") != generation:
         return None
-    return ExperimentStatus.model_validate({k: v for k, v in reported.items() if k != "generation"})
+    return ExperimentStatus.model_validate(reported)
 
 
-def _operator_verdict(kube: Kube, name: str, namespace: str, start: float) -> dict[str, Any]:
-    """The operator's status of `name`, with the object's `generation` added; RefusedError /
-    LaunchError when it gave up on it."""
+def _operator_verdict(
+    kube: Kube, name: str, namespace: str, start: float
+) -> tuple[dict[str, Any], int | None]:
+    """The operator's status of `name` and the object's generation; RefusedError / LaunchError
+    when it gave up on it."""
     cr = kube.get_or_none(EXPERIMENT, name, namespace)
     if cr is None:
         raise LaunchError(f"Experiment {name} disappeared while starting")
@@ -640,9 +642,7 @@ def _operator_verdict(kube: Kube, name: str, namespace: str, start: float) -> di
             f"watching namespace {namespace!r}? (use --direct to apply the objects "
             "without an operator)"
         )
-    if reported:
-        reported["generation"] = cr["metadata"].get("generation")
-    return reported
+    return reported, cr["metadata"].get("generation")
 
 
 def list_with_version(
