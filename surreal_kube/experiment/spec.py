@@ -62,10 +62,12 @@ class AgentsSpec(SpecModel):
     """Agents step the environment with the newest policy and send experience to replay."""
 
     count: int = Field(2, ge=1, le=100_000, description="number of agents")
-    batch: int = Field(
-        1,
+    batch: int | None = Field(
+        None,
         ge=1,
-        description="agents that share one process (one pod, one GPU); must divide count",
+        description="agents that share one process (one pod, one GPU); must divide count; "
+        "null: one per pod on Kubernetes, and locally as many as keep the agent processes "
+        "within the machine's CPU cores",
     )
     envs_per_agent: int = Field(1, ge=1, description="environments each agent steps in lockstep")
     fetch_mode: Literal["episode", "step"] = Field(
@@ -81,9 +83,15 @@ class AgentsSpec(SpecModel):
     device: Literal["auto", "cpu", "cuda"] = Field("cpu", description="where agents run inference")
 
     @property
+    def per_process(self) -> int:
+        """Agents of one process (pod): `batch`, else one. The local launcher fills `batch` in
+        before anything runs (`launch.local.backend.pack_agents`), so null means one per pod."""
+        return self.batch or 1
+
+    @property
     def groups(self) -> int:
         """Number of agent processes (pods): one per batch."""
-        return self.count // self.batch
+        return self.count // self.per_process
 
 
 class EvalsSpec(SpecModel):
@@ -280,7 +288,7 @@ class ExperimentSpec(SpecModel):
 
     @model_validator(mode="after")
     def _check(self) -> ExperimentSpec:
-        if self.agents.count % self.agents.batch:
+        if self.agents.count % self.agents.per_process:
             raise ValueError(
                 f"agents.batch: must divide agents.count ({self.agents.count}), got "
                 f"{self.agents.batch}: every agent process (pod) runs the same number of agents"

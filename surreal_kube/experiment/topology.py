@@ -322,7 +322,7 @@ def build_topology(name: str, spec: ExperimentSpec) -> Topology:
     groups.append(single("loggerplex", "loggerplex", "loggerplex", ("loggerplex",), ()))
     groups.append(single("tensorboard", "tensorboard", "tensorboard", ("tensorboard",), ()))
 
-    batch = spec.agents.batch
+    batch = spec.agents.per_process
     agent_connects = ("ps-serve", *(collector(i) for i in range(shards)), *_METRICS)
     agent_procs = tuple(
         Process(

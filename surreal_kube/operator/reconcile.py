@@ -377,7 +377,7 @@ def refresh(
             experiment=name,
             desired=cluster.desired_groups(exp, topo),
             pods=found,
-            agents_per_pod=exp.spec.agents.batch,
+            agents_per_pod=exp.spec.agents.per_process,
             gpus=cluster.requested_gpus(exp, topo),
             agent_selector=cluster.agent_selector(name),
             nodes=nodes,

@@ -186,7 +186,7 @@ class RoleContext:
     @property
     def agent_ids(self) -> tuple[int, ...]:
         """Agents of an `agents` process: range(index*batch, (index+1)*batch)."""
-        batch = self.spec.agents.batch
+        batch = self.spec.agents.per_process
         return tuple(range(self.index * batch, (self.index + 1) * batch))
 
     @property

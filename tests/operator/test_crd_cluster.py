@@ -111,3 +111,14 @@ def test_the_valid_and_the_scale_ones_are_accepted(
     stored = connect(kube_cluster, crd_namespace).get(EXPERIMENT, "exp-big")
     assert stored["spec"]["agents"]["count"] == 10_000
     assert stored["spec"]["profile"]["pools"][0]["cpu"] == 8  # a quantity, as in a pod spec
+
+
+def test_an_unset_or_null_agent_batch_is_accepted(
+    kube_cluster: Any, crd_namespace: str, tmp_path: Path
+) -> None:
+    """`agents.batch: null` (what `config -o yaml` prints when unset) means one agent a pod."""
+    obj = with_spec("exp-null-batch", agents__count=6, agents__batch=None)
+    res = apply(kube_cluster, crd_namespace, tmp_path, obj)
+    assert res.returncode == 0, res.stderr
+    stored = connect(kube_cluster, crd_namespace).get(EXPERIMENT, "exp-null-batch")
+    assert stored["spec"]["agents"]["count"] == 6

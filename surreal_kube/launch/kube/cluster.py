@@ -488,7 +488,7 @@ def observe(
         experiment=name,
         desired=desired_groups(exp),
         pods=pods,
-        agents_per_pod=exp.spec.agents.batch,
+        agents_per_pod=exp.spec.agents.per_process,
         gpus=requested_gpus(exp),
         agent_selector=agent_selector(name),
         nodes=nodes,
@@ -567,7 +567,7 @@ def wait_running(
             experiment=name,
             desired=desired,
             pods=pods,
-            agents_per_pod=exp.spec.agents.batch,
+            agents_per_pod=exp.spec.agents.per_process,
             gpus=gpus,
             agent_selector=agent_selector(name),
             replacements=reported.get("replacements"),
@@ -771,7 +771,7 @@ def scale(
             f"scale; its results: `surreal-kube results {found.name}`; to run again, delete it "
             "and create it anew"
         )
-    batch = found.exp.spec.agents.batch
+    batch = found.exp.spec.agents.per_process
     if agents < 1 or agents % batch:
         raise SpecError(
             f"--agents: must be a positive multiple of agents.batch ({batch}), got {agents}"

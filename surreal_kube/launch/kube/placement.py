@@ -379,7 +379,7 @@ def _what_fits(
     """
     room = packer.room(pool, shape)
     if group.component == "agent":
-        batch = exp.spec.agents.batch
+        batch = exp.spec.agents.per_process
         each = "agent" if batch == 1 else "agents"
         text = f"what fits there: {room * batch:,} agents ({room:,} pods of {batch} {each})"
     elif group.component == "eval":
