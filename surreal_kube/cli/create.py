@@ -185,7 +185,9 @@ def create(
         max_time,
     )
     if dry_run and is_local:
-        result(describe_plan(exp, local=True))
+        from surreal_kube.launch.local.backend import available_cores, with_agent_batch
+
+        result(describe_plan(with_agent_batch(exp, available_cores()), local=True))
         return
     if not is_local:
         run_kube(

@@ -66,6 +66,15 @@ def topology(
         structured(rows, output)
         return
     info(f"topology of {exp.metadata.name}: {len(topo.processes)} processes")
+    if exp.spec.agents.batch is None and exp.spec.agents.count > 1:
+        from surreal_kube.launch.local.backend import available_cores, pack_agents
+
+        packed = pack_agents(exp.spec.agents.count, available_cores())
+        if packed > 1:
+            info(
+                f"agents.batch unset: one agent a pod on Kubernetes; `create --local` runs "
+                f"{packed} agents a process on this machine ({available_cores()} cores)"
+            )
     table(
         ["PROCESS", "GROUP", "ROLE", "AGENTS", "BINDS", "CONNECTS"],
         [

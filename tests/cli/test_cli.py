@@ -136,6 +136,23 @@ def test_create_dry_run_starts_nothing_and_prints_the_plan() -> None:
     assert "# agents-1: surreal-kube-role agents --id 1 agents [1]" in res.stdout
 
 
+def test_a_local_dry_run_shows_agents_packed_within_the_cores() -> None:
+    from surreal_kube.launch.local.backend import available_cores, pack_agents
+
+    batch = pack_agents(8, available_cores())
+    res = cli("create", "exp-ppo-ant", "--dry-run", "--local", "--num-agents", "8")
+    assert res.returncode == 0, res.stderr
+    assert f"    batch: {batch}\n" in res.stdout  # the spec that will run says it
+    first = list(range(batch))
+    assert f"# agents-0: surreal-kube-role agents --id 0 agents {first}" in res.stdout
+    assert f"agents-{8 // batch}:" not in res.stdout
+
+    topo = cli("topology", "exp", "--num-agents", "8")
+    assert "agents-7" in topo.stdout  # Kubernetes: one agent a pod
+    if batch > 1:
+        assert f"`create --local` runs {batch} agents a process" in topo.stderr
+
+
 @pytest.mark.parametrize("verb", ["create", "config", "topology"])
 def test_help_has_examples(verb: str) -> None:
     res = cli(verb, "--help")
