@@ -69,11 +69,12 @@ def topology(
     if exp.spec.agents.batch is None and exp.spec.agents.count > 1:
         from surreal_kube.launch.local.backend import available_cores, pack_agents
 
-        packed = pack_agents(exp.spec.agents.count, available_cores())
+        cores = available_cores()
+        packed = pack_agents(exp.spec.agents.count, cores)
         if packed > 1:
             info(
                 f"agents.batch unset: one agent a pod on Kubernetes; `create --local` runs "
-                f"{packed} agents a process on this machine ({available_cores()} cores)"
+                f"{packed} agents a process on this machine ({cores} cores)"
             )
     table(
         ["PROCESS", "GROUP", "ROLE", "AGENTS", "BINDS", "CONNECTS"],
