@@ -169,5 +169,12 @@ def test_a_reporter_whose_binding_is_gone_is_refused(
             return True
         return False
 
+    # The API server's RBAC cache drops the binding a moment after the delete, so writes during
+    # that moment may still land (CI saw one): what matters is what is refused once it has.
     wait_for("the authorizer to drop the binding", refused, timeout=30)
-    assert record_of(kube, name) is None
+    marker = progress.Record(state="running", iteration=7, env_steps=700)
+    for _ in range(3):
+        with pytest.raises(PermissionError):
+            w.write(marker.to_json())
+    rec = record_of(kube, name)
+    assert rec is None or rec.iteration != 7, rec
