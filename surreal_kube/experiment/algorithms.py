@@ -88,6 +88,11 @@ class PPOConfig(SpecModel):
     use_z_filter: bool = Field(True, description="whiten observations with a running ZFilter")
     z_filter_clip: float = Field(5.0, gt=0, description="clamp filtered observations to ±N sigma")
     use_r_filter: bool = Field(False, description="whiten rewards with a running RewardFilter")
+    value_norm: bool = Field(
+        True,
+        description="the critic learns returns scaled by their running statistics (PopArt): "
+        "without it a critic cannot follow returns in the hundreds",
+    )
     horizon: int = Field(25, ge=1, description="steps per sub-trajectory sent by agents")
     stride: int = Field(20, ge=1, description="steps between the starts of sub-trajectories")
     batch_size: int = Field(64, ge=1, description="sub-trajectories per learner batch")

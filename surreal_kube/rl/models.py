@@ -172,7 +172,8 @@ class PPOModel(nn.Module):
         return torch.cat([out, self.log_std.expand_as(out)], dim=-1)
 
     def value(self, features: torch.Tensor) -> torch.Tensor:
-        """V(s), shape features.shape[:-1]."""
+        """The critic head's output, shape features.shape[:-1]: V(s), in the units of the
+        learner's value normalizer when it has one (`PPOLearner._values` maps them back)."""
         return self.critic(features).squeeze(-1)
 
     def actor_parameters(self) -> list[nn.Parameter]:

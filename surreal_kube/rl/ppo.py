@@ -2,7 +2,9 @@
 
 The learner consumes batches of sub-trajectories (see `trajectory.py`): it whitens observations
 with its ZFilter (whose statistics it publishes with the weights), computes values and GAE over each
-window, then runs `epochs_policy` policy epochs and `epochs_baseline` critic epochs.
+window, then runs `epochs_policy` policy epochs and `epochs_baseline` critic epochs. The critic
+learns its targets scaled by their running statistics (`value_norm`, PopArt) unless
+`value_norm` is off.
 
 Two policies, two roles:
 - The *behaviour* policy produced the data (its log-probabilities travel with every step,
@@ -45,6 +47,7 @@ from surreal_kube.rl.params import arrays_to_state, state_to_arrays
 from surreal_kube.rl.schedules import schedule_from_config
 from surreal_kube.rl.seeding import set_torch_rng_state, torch_rng_state
 from surreal_kube.rl.trajectory import SubTrajectoryWriter
+from surreal_kube.rl.value_norm import ValueNormalizer
 
 ActorMode = Literal["train", "eval_deterministic", "eval_stochastic"]
 
@@ -245,6 +248,7 @@ class PPOLearner:
         self.lr_scale = schedule_from_config(config.lr_schedule, 1.0)
         self.z_filter = _z_filter(config, obs_space)
         self.r_filter = RewardFilter() if config.use_r_filter else None
+        self.value_norm = ValueNormalizer(self.model.critic[-1]) if config.value_norm else None
         self.clip_epsilon = config.clip_epsilon
         self.beta = config.beta_init
         self.iteration = 0
@@ -277,6 +281,8 @@ class PPOLearner:
         for name, filt in (("z_filter", self.z_filter), ("r_filter", self.r_filter)):
             if filt is not None:
                 state[name] = {k: torch.from_numpy(v) for k, v in filt.to_arrays(name).items()}
+        if self.value_norm is not None:
+            state["value_norm"] = self.value_norm.state_dict()
         return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -292,6 +298,10 @@ class PPOLearner:
         for name, filt in (("z_filter", self.z_filter), ("r_filter", self.r_filter)):
             if filt is not None and name in state:
                 filt.load_arrays(state[name], name)
+        # A checkpoint from before value normalization holds a head in return units: with the
+        # normalizer's initial statistics (mean 0, std 1) that is read the same way.
+        if self.value_norm is not None and "value_norm" in state:
+            self.value_norm.load_state_dict(state["value_norm"])
 
     # -- learning --------------------------------------------------------------------------------
 
@@ -380,7 +390,7 @@ class PPOLearner:
 
         with torch.no_grad():
             features = self._forward(self.model, data, everything)
-            values_ext = self.model.value(features)
+            values_ext = self._values(features)
             boot_values = values_ext[rows, lengths].cpu().numpy()
             values = values_ext[:, :h].cpu().numpy() * data["mask"]
             # the reference of every KL figure: the policy at the start of this iteration
@@ -398,9 +408,16 @@ class PPOLearner:
         if cfg.norm_advantage:
             adv = normalize_advantages(adv, train_mask_np)
         adv_t = self._tensor(adv)
-        returns_t = self._tensor(returns)
         train_mask = self._tensor(train_mask_np)
-        explained = losses.explained_variance(self._tensor(values), returns_t, train_mask)
+        explained = losses.explained_variance(
+            self._tensor(values), self._tensor(returns), train_mask
+        )
+        # the critic learns its targets in its own units (see value_norm)
+        targets = returns
+        if self.value_norm is not None:
+            self.value_norm.update(returns[train_mask_np > 0])
+            targets = self.value_norm.normalize(returns)
+        returns_t = self._tensor(targets)
 
         if self._flat:
             epochs_run, _, grad_norm, policy_stats, vloss = self._epochs_flat(
@@ -439,6 +456,7 @@ class PPOLearner:
                 "ppo/grad_norm": grad_norm,
                 "ppo/advantage_mean_raw": float(np.mean(adv[train_mask_np > 0])),
                 "ppo/return_mean": float(returns[train_mask_np > 0].mean()),
+                "ppo/value_scale": 1.0 if self.value_norm is None else self.value_norm.std,
                 "learner/iteration": float(self.iteration),
                 "learner/env_steps": float(self.env_steps),
                 "learner/batch_steps": float(steps),
@@ -600,6 +618,11 @@ class PPOLearner:
                         kl = float(self.dist.kl(ref_info, info).mean())
                     policy_on = not self._stop_early(kl)
         return epochs_run, kl, grad_norm, stats, vloss.detach()
+
+    def _values(self, features: torch.Tensor) -> torch.Tensor:
+        """V(s) in return units (the critic's head may work in normalized units)."""
+        values = self.model.value(features)
+        return values if self.value_norm is None else self.value_norm.denormalize(values)
 
     def _clip(self, params: list[torch.nn.Parameter]) -> float:
         if self.config.max_grad_norm is None:
