@@ -128,9 +128,11 @@ def _refuse(memo: kopf.Memo, obj: Mapping[str, Any], reason: str, message: str) 
 
 
 def start_resync(memo: kopf.Memo, **_: Any) -> None:
-    """Operator start: begin the pod watch and the periodic resync (recreate what
+    """Operator start: begin the pod and node watches and the periodic resync (recreate what
     disappeared, refresh status)."""
     memo.podwatch.start()
+    if memo.get("nodewatch") is not None:
+        memo.nodewatch.start()
     memo.resyncer.start()
 
 
@@ -195,8 +197,10 @@ def child_deleted(
 
 
 def stop(memo: kopf.Memo, **_: Any) -> None:
-    """Operator shutdown: stop the pod watch, the periodic resync and the status refresher."""
+    """Operator shutdown: stop the watches, the periodic resync and the status refresher."""
     memo.podwatch.stop()
+    if memo.get("nodewatch") is not None:
+        memo.nodewatch.stop()
     memo.resyncer.stop()
     memo.refresher.stop()
 

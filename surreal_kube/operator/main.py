@@ -94,11 +94,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     import kopf
 
     from surreal_kube.errors import SurrealKubeError
-    from surreal_kube.launch.kube.client import Kube
+    from surreal_kube.launch.kube.client import NODE, Kube
     from surreal_kube.launch.kube.profile import load_profile
     from surreal_kube.operator import handlers, reconcile
+    from surreal_kube.operator.nodecache import NodeCache
     from surreal_kube.operator.podcache import PodCache
-    from surreal_kube.operator.podwatch import PodWatcher
+    from surreal_kube.operator.podwatch import PodWatcher, Watcher
 
     try:
         kube = Kube(
@@ -112,6 +113,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             profile=load_profile(args.profile) if args.profile else None,
             read_nodes=not args.no_read_nodes,
             default_images=parse_images(args.default_image),
+            nodes=None if args.no_read_nodes else NodeCache(),
         )
     except SurrealKubeError as exc:
         print(f"error: {exc}", file=sys.stderr)
@@ -129,6 +131,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     memo.podwatch = PodWatcher(
         kube, watched, lambda kind, pod: handlers.pod_changed(memo, kind, pod)
+    )
+    nodes = config.nodes
+    memo.nodewatch = (
+        None if nodes is None else Watcher(kube, NODE, None, nodes.observe, on_list=nodes.replace)
     )
     logging.getLogger("surreal_kube.operator").info(
         "watching %s (context %s, server %s)",

@@ -56,6 +56,7 @@ from surreal_kube.launch.kube.status import (
     summarize,
     unscheduled,
 )
+from surreal_kube.operator.nodecache import NodeCache
 from surreal_kube.operator.podcache import PodCache
 
 log = logging.getLogger("surreal_kube.operator")
@@ -63,7 +64,7 @@ log = logging.getLogger("surreal_kube.operator")
 FIELD_MANAGER = "surreal-kube-operator"
 WORKLOADS = (resource("apps/v1", "StatefulSet"), resource("apps/v1", "Deployment"))
 PROFILE_TTL = 60.0
-"""Seconds a discovered cluster profile (node pools) is reused."""
+"""Seconds a discovered cluster profile (node pools) is reused when there is no node watch."""
 
 
 @dataclass
@@ -85,12 +86,17 @@ class Config:
     pods, every CPU second the operator spends is one the scheduler and kubelets wait for."""
     default_images: dict[str, str] = field(default_factory=dict)
     """key of spec.images -> image used when an experiment's spec names a build there."""
+    nodes: NodeCache | None = None
+    """The node watch's nodes (None, or not listed yet: nodes are listed when needed)."""
 
 
 @dataclass
 class _Cache:
-    profiles: dict[str, tuple[ClusterProfile | None, float]] = field(default_factory=dict)
-    """The profile's JSON -> (with the live pools, when)."""
+    profiles: dict[str, tuple[ClusterProfile | None, tuple[str, float]]] = field(
+        default_factory=dict
+    )
+    """The profile's JSON -> (with the live pools, from what: ("watch", the nodes' generation)
+    or ("list", when))."""
     lock: threading.Lock = field(default_factory=threading.Lock)
 
 
@@ -133,13 +139,22 @@ def profile(
     if base is not None and base.pools:
         return cluster.effective_profile(None, base, check_fit=True, read_nodes=False)
     key = base.model_dump_json() if base is not None else ""
+    held = config.nodes.nodes() if config.nodes is not None else None
     with _profile_cache.lock:
-        cached, at = _profile_cache.profiles.get(key, (None, 0.0))
-        if cached is None or time.monotonic() - at > PROFILE_TTL:
+        cached, (source, stamp) = _profile_cache.profiles.get(key, (None, ("", 0.0)))
+        if held is not None:  # the watch's nodes: valid until a node changes
+            fresh = source == "watch" and stamp == held[1]
+        else:
+            fresh = source == "list" and time.monotonic() - stamp <= PROFILE_TTL
+        if cached is None or not fresh:
             if len(_profile_cache.profiles) > 64:  # many experiments, many profiles: bounded
                 _profile_cache.profiles.clear()
-            cached = cluster.effective_profile(kube, base, check_fit=True)
-            _profile_cache.profiles[key] = (cached, time.monotonic())
+            if held is not None:
+                cached = cluster.effective_profile(kube, base, check_fit=True, nodes=held[0])
+                _profile_cache.profiles[key] = (cached, ("watch", float(held[1])))
+            else:
+                cached = cluster.effective_profile(kube, base, check_fit=True)
+                _profile_cache.profiles[key] = (cached, ("list", time.monotonic()))
         return cached
 
 
@@ -371,8 +386,12 @@ def refresh(
         topo = experiment_topology(exp)
         nodes = None
         if config.read_nodes and unscheduled(found):
-            with contextlib.suppress(ForbiddenError):
-                nodes = kube.list(NODE)
+            held = config.nodes.nodes() if config.nodes is not None else None
+            if held is not None:
+                nodes = held[0]
+            else:
+                with contextlib.suppress(ForbiddenError):
+                    nodes = kube.list(NODE)
         status = summarize(
             experiment=name,
             desired=cluster.desired_groups(exp, topo),

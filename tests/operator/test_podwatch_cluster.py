@@ -1,4 +1,5 @@
-"""The operator's own pod watch (`operator/podwatch.py`) against the test control plane."""
+"""The operator's own pod and node watches (`operator/podwatch.py`, `operator/nodecache.py`)
+against the test control plane."""
 
 from __future__ import annotations
 
@@ -8,10 +9,12 @@ from typing import Any
 
 import pytest
 
-from surreal_kube.launch.kube import naming
-from surreal_kube.launch.kube.client import resource
-from surreal_kube.operator.podwatch import PodWatcher
-from tests.operator.support import connect
+from surreal_kube.launch.kube import cluster, naming
+from surreal_kube.launch.kube.client import NODE, Kube, resource
+from surreal_kube.operator import reconcile
+from surreal_kube.operator.nodecache import NodeCache
+from surreal_kube.operator.podwatch import PodWatcher, Watcher
+from tests.operator.support import connect, wait_for
 
 pytestmark = pytest.mark.cluster
 
@@ -65,3 +68,66 @@ def test_the_watch_lists_then_follows_the_managed_pods_only(kube_cluster, kube_n
         assert all(name != "late" for _, name in events()), events()  # stopped: nothing more
     finally:
         watcher.stop()
+
+
+class CountingKube(Kube):
+    """Our client, recording the paths it reads (to show what was not listed)."""
+
+    def __init__(self, **kw: Any) -> None:
+        super().__init__(**kw)
+        self.paths: list[str] = []
+
+    def raw(self, method: str, path: str, **kw: Any) -> Any:
+        self.paths.append(path)
+        return super().raw(method, path, **kw)
+
+
+def test_the_node_watch_keeps_the_pools_without_a_list_of_nodes(kube_cluster, kube_namespace):
+    """The same loop over nodes (`Watcher`, `NodeCache`): the operator's pools and pending
+    reasons come from it; a node added or removed reaches them through the watch."""
+    kube = connect(kube_cluster, kube_namespace)
+    cache = NodeCache()
+    watcher = Watcher(kube, NODE, None, cache.observe, on_list=cache.replace)
+    watcher.start()
+    extra = "watch-test-0"
+    try:
+        wait_for("the node watch's list", lambda: cache.nodes() is not None, timeout=30)
+        listed = {n["metadata"]["name"] for n in kube.list(NODE)}
+        nodes, generation = cache.nodes()  # type: ignore[misc]
+        assert {n["metadata"]["name"] for n in nodes} == listed
+
+        counting = CountingKube(kubeconfig=kube_cluster.kubeconfig, namespace=kube_namespace)
+        config = reconcile.Config(nodes=cache)
+        pools = reconcile.profile(counting, config).pools  # type: ignore[union-attr]
+        assert pools == cluster.discover_pools(kube).pools
+        assert not [p for p in counting.paths if p.endswith("/nodes")], counting.paths
+
+        kube.create(
+            {
+                "apiVersion": "v1",
+                "kind": "Node",
+                "metadata": {
+                    "name": extra,
+                    "labels": {"cloud.google.com/gke-nodepool": "watch-test-pool"},
+                },
+                # nothing of the other tests may land here
+                "spec": {"taints": [{"key": "watch-test", "effect": "NoSchedule"}]},
+                "status": {"allocatable": {"cpu": "4", "memory": "8Gi", "pods": "10"}},
+            }
+        )
+
+        def held() -> set[str]:
+            return {n["metadata"]["name"] for n in cache.nodes()[0]}  # type: ignore[index]
+
+        wait_for("the new node in the cache", lambda: extra in held(), timeout=30)
+        assert cache.nodes()[1] > generation  # type: ignore[index]
+        pools = reconcile.profile(counting, config).pools  # type: ignore[union-attr]
+        assert "watch-test-pool" in {p.name for p in pools}
+        kube.delete(NODE, extra)
+        wait_for("the node gone from the cache", lambda: extra not in held(), timeout=30)
+        pools = reconcile.profile(counting, config).pools  # type: ignore[union-attr]
+        assert "watch-test-pool" not in {p.name for p in pools}
+        assert not [p for p in counting.paths if p.endswith("/nodes")], counting.paths
+    finally:
+        watcher.stop()
+        kube.delete(NODE, extra)

@@ -19,7 +19,7 @@ import datetime as dt
 import logging
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -172,9 +172,17 @@ def used_image_refs(exp: Experiment) -> dict[str, str] | None:
 
 
 def effective_profile(
-    kube: Kube | None, base: ClusterProfile | None, *, check_fit: bool, read_nodes: bool = True
+    kube: Kube | None,
+    base: ClusterProfile | None,
+    *,
+    check_fit: bool,
+    read_nodes: bool = True,
+    nodes: list[Mapping[str, Any]] | None = None,
 ) -> ClusterProfile | None:
     """The profile to render with: the base's pools, else the live cluster's (when allowed).
+
+    nodes: the cluster's nodes when the caller already holds them (the operator's node watch);
+    else they are listed.
 
     A profile that declares autoscaled pools (`maxCount`) declares only what the nodes cannot say:
     the live pools are read too and the declared ones put over them (`profile.merge_pools`).
@@ -188,7 +196,10 @@ def effective_profile(
     autoscaled = any(p.max_count is not None for p in declared)
     if (not declared or autoscaled) and kube is not None and read_nodes:
         try:
-            profile = discover_pools(kube, base=profile)
+            if nodes is not None:
+                profile = profile_from_nodes(nodes, base=profile)
+            else:
+                profile = discover_pools(kube, base=profile)
             if autoscaled:  # a pool scaled to zero has no node: its declaration says it exists
                 profile = profile.model_copy(
                     update={"pools": merge_pools(profile.pools, declared)}
@@ -226,12 +237,19 @@ def discover_pools(kube: Kube, base: ClusterProfile | None = None) -> ClusterPro
     The official client's typed node models cost seconds for a thousand nodes (and its CoreV1Api
     module seconds to import on a busy machine); the pools come out the same.
     """
-    from surreal_kube.launch.kube.profile import pools_from_nodes
-
     try:
         nodes = kube.list(NODE)
     except KubeError as exc:
         raise LaunchError(f"cannot list nodes to discover node pools: {exc}") from exc
+    return profile_from_nodes(nodes, base)
+
+
+def profile_from_nodes(
+    nodes: Iterable[Mapping[str, Any]], base: ClusterProfile | None = None
+) -> ClusterProfile:
+    """`base` with the pools of these nodes (the schedulable ones)."""
+    from surreal_kube.launch.kube.profile import pools_from_nodes
+
     records = [
         {
             "name": (n.get("metadata") or {}).get("name", ""),
