@@ -75,7 +75,11 @@ class PPOConfig(SpecModel):
     epochs_baseline: int = Field(10, ge=1, description="value-function epochs per batch")
     minibatches: int = Field(1, ge=1, description="minibatches per epoch")
     lr_policy: float = Field(1e-4, gt=0, description="Adam learning rate of the policy")
-    lr_baseline: float = Field(1e-4, gt=0, description="Adam learning rate of the critic")
+    # 1e-3 rather than the policy's 1e-4: the critic must catch up with returns before its
+    # advantages mean anything. Ant-v5, 180 s (`make run`), same hour, normalized targets: last
+    # 10 evaluations 2,103 against 1,248; its explained variance turned positive after 144k env
+    # steps instead of about 700k.
+    lr_baseline: float = Field(1e-3, gt=0, description="Adam learning rate of the critic")
     lr_schedule: ScheduleConfig = Field(default_factory=ScheduleConfig)
     entropy_coeff: float = Field(0.0, ge=0, description="entropy bonus weight")
     max_grad_norm: float | None = Field(5.0, description="clip gradients to this norm; null: off")

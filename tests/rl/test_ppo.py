@@ -324,7 +324,7 @@ def test_learning_rate_schedule_and_gradient_clipping(pendulum):
         learner.learn(stack_items(collect(actor, pendulum, 8)))["ppo/lr_policy"] for _ in range(3)
     ]
     assert lrs == pytest.approx([1e-4, 0.55e-4, 0.1e-4])
-    assert learner.opt_baseline.param_groups[0]["lr"] == pytest.approx(0.1e-4)
+    assert learner.opt_baseline.param_groups[0]["lr"] == pytest.approx(0.1 * cfg.lr_baseline)
     # The policy optimizer only ever sees gradients clipped to max_grad_norm.
     seen = []
     step = learner.opt_policy.step
