@@ -52,6 +52,11 @@ SCHEMA = 2
 """Experience schema: 2 = items carry `param_version`, messages carry the sender's env steps."""
 PARAM_VERSION = "param_version"
 WAIT_SLICE_SECONDS = 0.2
+BLOCKED_SECONDS = 0.05
+"""A send that took longer than this waited for replay to take it; its time counts in
+`waited_seconds` even when it was shorter than a slice (a limiter that holds inserts back until
+the learner's next batch holds a send for most of a learner iteration, often under 0.2 s). A send
+into a queue with room takes microseconds; a busy machine's scheduling stalls stay below this."""
 MAX_SOURCES = 65_536
 """Distinct senders a receiver keeps env-step counts for (more would be hostile)."""
 SOCKET_BUFFER_BYTES = 16 << 10
@@ -137,6 +142,12 @@ class ExperienceSender:
         """True while a send waits for replay to take more (rate limited), not for replay to
         come up."""
 
+    def _count_wait(self, started: float, counted: float) -> float:
+        """Add the time since `started` not yet counted to waited_seconds; the new total."""
+        now = time.monotonic() - started
+        self.waited_seconds += now - counted
+        return now
+
     @property
     def connected_peers(self) -> int:
         """Shards this socket is connected to now (from the socket's connection events)."""
@@ -179,7 +190,7 @@ class ExperienceSender:
             meta.update(x=SCHEMA, steps=int(self.env_steps))
         frames = wire.encode(wire.EXPERIENCE, meta, arrays)
         started = time.monotonic()
-        waited = 0.0
+        counted = 0.0  # seconds since `started` already in waited_seconds
         try:
             while True:
                 try:
@@ -191,11 +202,9 @@ class ExperienceSender:
                 except zmq.Again:
                     if self._blocking and self.wait_hook is not None and self.connected_peers:
                         # replay is there and holds inserts back: wait for it, as asked
-                        now = time.monotonic()
                         self.waiting = True
-                        self.waited_seconds += now - started - waited
-                        waited = now - started
-                        if self.wait_hook(waited):
+                        counted = self._count_wait(started, counted)
+                        if self.wait_hook(counted):
                             continue
                         self._drop(count, down=False)  # the owner stops waiting (stopping)
                         return False
@@ -203,9 +212,11 @@ class ExperienceSender:
                         continue
                     self._drop(count)
                     return False
+            # A send that blocked went through once replay took it: that was waiting too, even
+            # when it was shorter than a wait slice (the 0.2 s a learner iteration may take).
+            if self.waiting or time.monotonic() - started > BLOCKED_SECONDS:
+                self._count_wait(started, counted)
         finally:
-            if self.waiting:
-                self.waited_seconds += time.monotonic() - started - waited
             self.waiting = False
         if not self._blocking:
             log.info(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import threading
 import time
 
 import numpy as np
@@ -210,5 +211,44 @@ def test_sender_waits_for_a_replay_that_is_up_but_holds_inserts_back():
         sender.send(_versioned(99, 0))
         assert sender.sent_items == sent + 1 and len(calls) == before
     finally:
+        sender.close()
+        pull.close(0)
+
+
+def test_waits_shorter_than_a_wait_slice_are_counted_too():
+    """A replay that takes one message every 0.1 s (a learner's pace) blocks each send for less
+    than a wait slice (0.2 s): the sender still waited, most of the time, and must say so (CI saw
+    an agent held back at every learner iteration report 0 s of waiting)."""
+    addr = free_addr()
+    pull = make_socket(zmq.PULL, bind=addr, rcvhwm=1)
+    pull.setsockopt(zmq.RCVBUF, 4 << 10)
+    done = threading.Event()
+
+    def slow_replay() -> None:
+        while not done.is_set():
+            if pull.poll(50):
+                pull.recv_multipart()
+                time.sleep(0.1)
+
+    sender = ExperienceSender(
+        addr, flush_iteration=1, timeout=5.0, hwm=1, buffer_bytes=4 << 10, wait_hook=lambda w: True
+    )
+    reader = threading.Thread(target=slow_replay, daemon=True)
+    try:
+        time.sleep(0.3)  # connected
+        reader.start()
+        item = {"obs": np.zeros((25, 400), np.float32), "param_version": np.array(0, np.int64)}
+        started = time.monotonic()
+        for _ in range(25):
+            sender.send(item)
+        took = time.monotonic() - started
+        assert sender.sent_items == 25 and sender.dropped_items == 0
+        assert took > 0.5, took  # paced by the reader
+        assert sender.waited_seconds > 0.5 * took, (sender.waited_seconds, took)
+        assert sender.waited_seconds <= took + 1e-3
+        assert not sender.waiting
+    finally:
+        done.set()
+        reader.join(5)
         sender.close()
         pull.close(0)

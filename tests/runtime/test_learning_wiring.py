@@ -106,9 +106,10 @@ def test_lag_stays_bounded_with_a_fast_producer_and_a_slow_learner(local_run, li
         assert stats["stale"] + stats["ovw"] <= sampled // 8, stats
         assert stats["ins"] <= 2 * sampled, stats
     else:
-        # nothing held the producer back: what it made beyond what was sampled and what the ring
-        # holds was dropped unused (overwritten or stale), and counted
-        assert sender.waited_seconds == 0.0
+        # nothing held the producer back (a busy shard may stall a send for a moment, never for
+        # a learner iteration): what it made beyond what was sampled and what the ring holds
+        # was dropped unused (overwritten or stale), and counted
+        assert sender.waited_seconds < 0.2, sender.waited_seconds
         held = stats["ins"] - stats["smp"] - stats["stale"] - stats["ovw"]
         assert 0 <= held <= 4096, stats
         assert stats["ins"] > sampled, stats
