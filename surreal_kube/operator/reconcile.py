@@ -127,6 +127,11 @@ def owner_of(obj: Mapping[str, Any]) -> dict[str, str]:
     }
 
 
+def _held_nodes(config: Config) -> tuple[list[dict[str, Any]], int] | None:
+    """The node watch's nodes and their generation; None without a watch or before its list."""
+    return config.nodes.nodes() if config.nodes is not None else None
+
+
 def profile(
     kube: Kube | None, config: Config, obj: Mapping[str, Any] | None = None
 ) -> ClusterProfile | None:
@@ -139,7 +144,7 @@ def profile(
     if base is not None and base.pools:
         return cluster.effective_profile(None, base, check_fit=True, read_nodes=False)
     key = base.model_dump_json() if base is not None else ""
-    held = config.nodes.nodes() if config.nodes is not None else None
+    held = _held_nodes(config)
     with _profile_cache.lock:
         cached, (source, stamp) = _profile_cache.profiles.get(key, (None, ("", 0.0)))
         if held is not None:  # the watch's nodes: valid until a node changes
@@ -386,7 +391,7 @@ def refresh(
         topo = experiment_topology(exp)
         nodes = None
         if config.read_nodes and unscheduled(found):
-            held = config.nodes.nodes() if config.nodes is not None else None
+            held = _held_nodes(config)
             if held is not None:
                 nodes = held[0]
             else:
