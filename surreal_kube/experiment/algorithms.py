@@ -190,17 +190,20 @@ def flush_iteration(algorithm: PPOConfig | DDPGConfig, configured: int | None) -
     return configured if configured is not None else DEFAULT_FLUSH_ITERATION[algorithm.name]
 
 
-def default_rate_limit(algorithm: PPOConfig | DDPGConfig) -> tuple[float, float]:
-    """(samples per insert, tolerance in items) that replay enforces unless the spec sets them.
+def default_rate_limit(algorithm: PPOConfig | DDPGConfig, message: int) -> tuple[float, float]:
+    """(samples per insert, tolerance in items) that replay enforces unless the spec sets them;
+    `message`: items per experience message (`agents.flushIteration`).
 
-    PPO: inserts may run one batch ahead of the learner (beyond `replay.startSampling`; then
-    agents wait). Not less: between the shard's two limits there must be room for a batch and
-    for a whole experience message (`agents.flushIteration` items), or a shard there neither
-    takes nor serves (see `ExperimentSpec._check_rate_limit`). What waits in replay ages; what
-    kept PPO's lag low when agents outrun the learner is the shallow pipe in front of it
-    (`comm.experience.ON_POLICY_PIPE`). DDPG: 1,000 transitions (or one batch, if larger).
+    PPO: the least that works. Between a shard's two limits there must be room for a batch and
+    for a whole message, or a shard there neither takes nor serves (see
+    `ExperimentSpec._check_rate_limit`); on-policy, the band is placed so that a shard serves as
+    soon as it holds a batch and takes at most one message more (`ExperimentSpec.rate_limit`).
+    What waits in replay ages: with a band twice as wide (one batch each way), 8 agents on 2
+    cores kept a second batch waiting behind the one being served, and every item was learned
+    from 2.3 iterations after the parameters that produced it. DDPG: 1,000 transitions (or one
+    batch, if larger).
     """
     spi = DEFAULT_SAMPLES_PER_INSERT[algorithm.name]
     if algorithm.name == "ppo":
-        return spi, float(algorithm.batch_size)
+        return spi, (algorithm.batch_size / spi + message) / 2
     return spi, float(max(1000, algorithm.batch_size))

@@ -6,7 +6,7 @@ exists in exactly one place and its description here is what `--help` and the CR
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Literal, NamedTuple
 
 from pydantic import Field, field_validator, model_validator
 
@@ -108,6 +108,18 @@ class EvalsSpec(SpecModel):
     record_video: bool = Field(False, description="record an mp4 of one episode per run")
 
 
+class RateLimit(NamedTuple):
+    """What each replay shard's limiter holds (`SampleToInsertRatio`)."""
+
+    samples_per_insert: float
+    tolerance: float
+    """Items inserts may run ahead of the ratio (or behind it)."""
+    center: float
+    """Items a balanced shard holds: `replay.startSampling` off-policy. On-policy the band's low
+    end is the start condition, so a shard serves a batch as soon as it holds one and takes in
+    at most `2 * tolerance - batch` more; anything that waited longer would only age."""
+
+
 class ReplaySpec(SpecModel):
     """The replay service: a load balancer in front of N shards."""
 
@@ -123,7 +135,12 @@ class ReplaySpec(SpecModel):
     )
     alpha: float = Field(0.6, ge=0, description="prioritized: priority exponent")
     beta: float = Field(0.4, ge=0, le=1, description="prioritized: importance-weight exponent")
-    prefetch: int = Field(4, ge=1, description="batches the learner prefetches in the background")
+    prefetch: int = Field(
+        4,
+        ge=1,
+        description="batches the learner prefetches in the background (off-policy; an "
+        "on-policy learner asks for each batch when it is ready for it)",
+    )
     samples_per_insert: float | None = Field(
         None,
         ge=0,
@@ -308,15 +325,30 @@ class ExperimentSpec(SpecModel):
                 raise ValueError(f"images.{name}: is required")
         return self
 
+    def rate_limit(self) -> RateLimit:
+        """The ratio each replay shard holds: the spec's `replay.samplesPerInsert` and
+        `replay.rateTolerance`, else the algorithm's defaults, and where its band sits."""
+        from surreal_kube.experiment.algorithms import default_rate_limit, flush_iteration
+
+        message = flush_iteration(self.algorithm, self.agents.flush_iteration)
+        spi, tolerance = default_rate_limit(self.algorithm, message)
+        r = self.replay
+        spi = spi if r.samples_per_insert is None else r.samples_per_insert
+        tolerance = tolerance if r.rate_tolerance is None else r.rate_tolerance
+        center = float(r.start_sampling)
+        if r.kind == "fifo" and spi > 0:
+            # the band's low end at the start condition: a shard serves as soon as it may
+            start = max(r.start_sampling, self.algorithm.batch_size)
+            center = start - self.algorithm.batch_size / spi + tolerance
+        return RateLimit(spi, tolerance, center)
+
     def _check_rate_limit(self) -> None:
         """Between a shard's limits (inserts wait above one, samples below the other) there must
         be room for a batch and a whole experience message: a shard whose count sits where the
         next message does not fit and the next batch is not there yet neither takes nor serves."""
-        from surreal_kube.experiment.algorithms import default_rate_limit, flush_iteration
+        from surreal_kube.experiment.algorithms import flush_iteration
 
-        spi, tolerance = default_rate_limit(self.algorithm)
-        spi = spi if self.replay.samples_per_insert is None else self.replay.samples_per_insert
-        tolerance = tolerance if self.replay.rate_tolerance is None else self.replay.rate_tolerance
+        spi, tolerance, _ = self.rate_limit()
         batch = self.algorithm.batch_size
         message = flush_iteration(self.algorithm, self.agents.flush_iteration)
         if spi > 0 and (2 * tolerance - message) * spi < batch:

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Literal
 import gymnasium as gym
 import torch
 
-from surreal_kube.experiment.algorithms import DDPGConfig, PPOConfig, default_rate_limit
+from surreal_kube.experiment.algorithms import DDPGConfig, PPOConfig
 from surreal_kube.rl.device import resolve_device
 from surreal_kube.rl.interfaces import Actor, Learner, ReplayBuffer
 from surreal_kube.rl.replay import FIFOReplay, PrioritizedReplay, UniformReplay
@@ -117,16 +117,6 @@ def make_replay(spec: ExperimentSpec, seed: int | None = None) -> ReplayBuffer:
 def learner_batch_size(spec: ExperimentSpec) -> int:
     """Items per learner batch (sub-trajectories for PPO, transitions for DDPG)."""
     return spec.algorithm.batch_size
-
-
-def rate_limit(spec: ExperimentSpec) -> tuple[float, float]:
-    """(samples per insert, tolerance in items) each replay shard holds (spec, else defaults)."""
-    spi, tolerance = default_rate_limit(spec.algorithm)
-    r = spec.replay
-    return (
-        spi if r.samples_per_insert is None else r.samples_per_insert,
-        tolerance if r.rate_tolerance is None else r.rate_tolerance,
-    )
 
 
 def max_policy_lag(spec: ExperimentSpec) -> int | None:

@@ -215,17 +215,25 @@ class SampleToInsertRatio:
     measured with two agents and no limiter, where TD3 as usually run draws about 256), and PPO's
     should take each sub-trajectory about once, while it is fresh. The limiter keeps
     `inserted * SPI - sampled` within `tolerance` items' worth (tolerance * SPI samples) of
-    `min_size * SPI`: inserts wait when they are ahead, samples wait when they are ahead, and
-    until `min_size` items arrived only inserts go. Items that leave the store without being
-    sampled (an on-policy store drops stale ones) are `forget`-ten, so they do not hold inserts
-    back forever. `samples_per_insert <= 0` turns the limiter off (only `min_size` holds).
+    `center * SPI` (`center` defaults to `min_size`, as Reverb's; an on-policy shard places it
+    lower, see `ExperimentSpec.rate_limit`): inserts wait when they are ahead, samples wait when
+    they are ahead, and until `min_size` items arrived only inserts go. Items that leave the
+    store without being sampled (an on-policy store drops stale ones) are `forget`-ten, so they
+    do not hold inserts back forever. `samples_per_insert <= 0` turns the limiter off (only
+    `min_size` holds).
 
     `tolerance` must leave room for a whole batch between the two limits, or neither side could
     ever move: `(2 * tolerance - 1) * SPI >= batch_size`.
     """
 
     def __init__(
-        self, samples_per_insert: float, min_size: int, tolerance: float, batch_size: int = 1
+        self,
+        samples_per_insert: float,
+        min_size: int,
+        tolerance: float,
+        batch_size: int = 1,
+        *,
+        center: float | None = None,
     ) -> None:
         if min_size < 1:
             raise ValueError(f"min_size must be >= 1, got {min_size}")
@@ -239,6 +247,7 @@ class SampleToInsertRatio:
         self.samples_per_insert = spi
         self.min_size = int(min_size)
         self.tolerance = float(tolerance)
+        self.center = float(min_size if center is None else center)
         self.inserted = 0
         self.sampled = 0
         self.forgotten = 0
@@ -256,7 +265,7 @@ class SampleToInsertRatio:
         if not self.enabled:
             return True
         spi = self.samples_per_insert
-        return self._diff() + count * spi <= (self.min_size + self.tolerance) * spi
+        return self._diff() + count * spi <= (self.center + self.tolerance) * spi
 
     def can_sample(self, batch_size: int) -> bool:
         """Whether a batch of `batch_size` may be drawn now."""
@@ -265,7 +274,7 @@ class SampleToInsertRatio:
         if not self.enabled:
             return True
         spi = self.samples_per_insert
-        return self._diff() - batch_size >= (self.min_size - self.tolerance) * spi
+        return self._diff() - batch_size >= (self.center - self.tolerance) * spi
 
     def insert(self, count: int = 1) -> None:
         """Count `count` items inserted."""

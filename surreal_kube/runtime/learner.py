@@ -17,9 +17,10 @@ and the best `keepBest` are kept.
 Policy lag: every item carries the version of the parameters that produced it. The learner
 measures lag = its iteration - that version for every item it learns from (mean and p95 per
 report, in TensorBoard under `lag/`, and in its progress file). On-policy, shards serve only items
-within `algorithm.maxPolicyLag` of the iteration a request names, and a batch is learned from at
-most `prefetch` (ON_POLICY_PREFETCH) iterations after its request: so every item learned from
-lags by at most maxPolicyLag + prefetch, and the learner drops (and counts) anything beyond that.
+within `algorithm.maxPolicyLag` of the iteration a request names, and the learner asks for a
+batch only once it is ready to learn from it (on-policy, nothing is prefetched: see `Prefetcher`):
+so every item learned from lags by at most maxPolicyLag, and the learner drops (and counts)
+anything beyond that.
 Counters from the shards (inserted, sampled, overwritten, stale) arrive with every batch. The
 global env steps (sum over agents, from the shards) is the step of every scalar and travels with
 the published parameters, so agents and evals report against it too.
@@ -47,9 +48,6 @@ PUBLISH_MIN_INTERVAL = 0.1
 """Seconds between publications: fast off-policy learners publish at most 10 times a second."""
 SNAPSHOT_BYTES = 128 << 20
 """Memory for the parameters of recent publications (to save the exact ones an eval scored)."""
-ON_POLICY_PREFETCH = 1
-"""On-policy learners keep one batch requested or waiting while they learn: each batch ahead ages
-by one iteration before it is learned from (2 gave agents that outrun the learner a lag of 4.8)."""
 LAG_WINDOW = 100_000
 """Item lags kept for the percentiles of one report."""
 
@@ -75,7 +73,6 @@ class LearnerRole(RoleBase):
             learner_batch_size,
             make_learner,
             max_policy_lag,
-            rate_limit,
         )
         from surreal_kube.session.checkpoint import Checkpoint, PeriodicCheckpoint
 
@@ -109,14 +106,12 @@ class LearnerRole(RoleBase):
         self.prefetcher = Prefetcher(
             ctx.addr("replay-sampler"),
             self.batch_size,
-            depth=min(spec.replay.prefetch, ON_POLICY_PREFETCH)
-            if on_policy
-            else spec.replay.prefetch,
+            depth=spec.replay.prefetch,
             on_policy=on_policy,
         )
         self.prefetcher.max_lag = self.max_lag
         self.prefetcher.version = self.learner.iteration
-        self.target_spi = rate_limit(spec)[0]
+        self.target_spi = spec.rate_limit().samples_per_insert
         self.eval_return: float | None = None
         self.eval_seen: dict[str, int] = {}
         self.snapshots: OrderedDict[int, dict[str, np.ndarray]] = OrderedDict()
@@ -182,7 +177,7 @@ class LearnerRole(RoleBase):
             return arrays
         lags = self.learner.iteration - versions.astype(np.int64)
         if self.max_lag is not None:
-            keep = lags <= self.max_lag + self.prefetcher.depth
+            keep = lags <= self.max_lag + self.prefetcher.ahead
             if not keep.all():
                 self.stale_dropped += int((~keep).sum())
                 if not keep.any():

@@ -13,7 +13,7 @@ requests only when they can serve them (credits), so the start condition
 added without the load balancer knowing their addresses.
 
 Each shard holds the ratio of samples to inserts (`replay.samplesPerInsert`, with
-`replay.rateTolerance`; defaults per algorithm, see `surreal_kube.rl.factory.rate_limit`): while
+`replay.rateTolerance`; defaults per algorithm, see `ExperimentSpec.rate_limit`): while
 inserts are ahead, the shard stops reading its collector, the agents' sends wait (and the agents
 say so in their status); while samples are ahead, requests wait. On-policy shards also drop
 experience older than the policy-lag bound a request names (`algorithm.maxPolicyLag`). Every
@@ -104,18 +104,13 @@ class ReplayShard(RoleBase):
         self, ctx: RoleContext, stop: StopFlag | None = None, *, store: BatchStore | None = None
     ) -> None:
         super().__init__(ctx, stop)
-        from surreal_kube.experiment.algorithms import default_rate_limit
         from surreal_kube.rl.replay import SampleToInsertRatio  # numpy only: no torch here
 
         spec = ctx.spec.replay
         self.start_sampling = spec.start_sampling
-        spi, tolerance = default_rate_limit(ctx.spec.algorithm)
-        if spec.samples_per_insert is not None:
-            spi = spec.samples_per_insert
-        if spec.rate_tolerance is not None:
-            tolerance = spec.rate_tolerance
+        spi, tolerance, center = ctx.spec.rate_limit()
         self.limiter = SampleToInsertRatio(
-            spi, spec.start_sampling, tolerance, ctx.spec.algorithm.batch_size
+            spi, spec.start_sampling, tolerance, ctx.spec.algorithm.batch_size, center=center
         )
         self.stale_dropped = 0
         self.insert_blocked_seconds = 0.0

@@ -182,3 +182,30 @@ def test_priorities_reach_the_shard_that_served_the_batch(broker):
         prefetcher.close()
         for s in shards:
             s.close()
+
+
+def test_an_on_policy_prefetcher_asks_for_a_batch_only_when_the_learner_wants_one(broker):
+    """A batch asked for ahead holds what agents made before the learner's last update: with
+    agents that outran the learner, PPO's items lagged 2.3 iterations. On demand, the request
+    leaves when the learner is done with its batch, and names the learner's version then."""
+    shard = SampleServer(broker.back, wait_connected=5.0)
+    prefetcher = Prefetcher(broker.front, batch_size=8, depth=4, on_policy=True).start()
+    try:
+        shard.give_credit(8)
+        time.sleep(0.5)
+        assert _wait_request(shard, timeout=0.2) is None, "asked before the learner wanted one"
+        for version in range(3):
+            prefetcher.version = version
+            assert prefetcher.get(timeout=0.05) is None  # the learner waits: the request leaves
+            req = _wait_request(shard)
+            assert req is not None, "no request while the learner waits"
+            client, size, meta = req
+            assert meta["version"] == version
+            shard.reply(client, {"id": meta["id"], "shard": 0}, _batch(0, size))
+            assert prefetcher.get(timeout=5) is not None
+            # the learner learns: nothing is asked for meanwhile
+            assert _wait_request(shard, timeout=0.5) is None, "asked for a batch ahead"
+        assert prefetcher.ahead == 0
+    finally:
+        prefetcher.close()
+        shard.close()

@@ -114,3 +114,41 @@ def test_rate_limiter_refuses_a_tolerance_with_no_room_for_a_batch():
 
     with pytest.raises(ValueError, match="no room for a batch of 512"):
         SampleToInsertRatio(samples_per_insert=128, min_size=100, tolerance=2, batch_size=512)
+
+
+def _fill_and_drain(limiter, batch: int) -> tuple[int, int]:
+    """(items a shard takes before inserts wait, items it holds when it first may serve)."""
+    held = 0
+    first_serve = None
+    while limiter.can_insert():
+        limiter.insert()
+        held += 1
+        if first_serve is None and held >= batch and limiter.can_sample(batch):
+            first_serve = held
+    return held, first_serve
+
+
+def test_an_on_policy_shard_serves_at_one_batch_and_holds_one_message_more():
+    """PPO's shard used to take a second batch behind the one it could serve (a band of one
+    batch each way around startSampling): with agents that outran the learner, that batch waited
+    an iteration and every item was learned from 2.3 iterations late."""
+    from surreal_kube.experiment.resolve import resolve_experiment
+    from surreal_kube.rl.replay import SampleToInsertRatio
+
+    def shard(sets: list[str]) -> tuple[int, int]:
+        spec = resolve_experiment("exp", sets=sets).spec
+        spi, tolerance, center = spec.rate_limit()
+        limiter = SampleToInsertRatio(
+            spi, spec.replay.start_sampling, tolerance, spec.algorithm.batch_size, center=center
+        )
+        return _fill_and_drain(limiter, spec.algorithm.batch_size)
+
+    assert shard(["algorithm.name=ppo"]) == (65, 64)  # batch 64, messages of 1
+    assert shard(["algorithm.name=ppo", "agents.flushIteration=8"]) == (72, 64)
+    # a start condition above the batch: served there, and still one message more at most
+    assert shard(["algorithm.name=ppo", "replay.startSampling=200"]) == (201, 200)
+    # a wider band when asked for: inserts run that far ahead
+    assert shard(["algorithm.name=ppo", "replay.rateTolerance=64"]) == (128, 64)
+    # off-policy keeps Reverb's band around startSampling: replay fills to draw from
+    spec = resolve_experiment("exp", sets=["algorithm.name=ddpg"]).spec
+    assert spec.rate_limit().center == spec.replay.start_sampling

@@ -28,7 +28,6 @@ from surreal_kube.session.checkpoint import Checkpoint
 torch.set_num_threads(1)
 
 BOUND = 2
-DEPTH = 2
 BATCH = 64
 ITERATIONS = 15
 
@@ -55,7 +54,7 @@ def _slow_learner_and_fast_producer(run) -> tuple[list[int], dict, ExperienceSen
             sender.send({"obs": np.zeros((25, 40), np.float32), "param_version": stamp})
 
     producer = threading.Thread(target=produce, daemon=True)
-    prefetcher = Prefetcher(run.addr("replay-sampler"), BATCH, depth=DEPTH, on_policy=True)
+    prefetcher = Prefetcher(run.addr("replay-sampler"), BATCH, on_policy=True)
     prefetcher.max_lag = BOUND
     lags: list[int] = []
     stats: dict = {}
@@ -92,9 +91,9 @@ def test_lag_stays_bounded_with_a_fast_producer_and_a_slow_learner(local_run, li
     run.wait_log("replay-shard-0", "replay shard", timeout=120)
     run.wait_log("replay", "replay load balancer", timeout=120)
     lags, stats, sender = _slow_learner_and_fast_producer(run)
-    # A request names the learner's version when it leaves; the learner may take up to DEPTH
-    # more steps before the batch is learned from (the learner role drops what is beyond BOUND).
-    assert max(lags) <= BOUND + DEPTH, lags
+    # A request names the learner's version when it leaves, and on-policy it leaves when the
+    # learner is ready for the batch: nothing learned from lags beyond the bound.
+    assert max(lags) <= BOUND, lags
     sampled = ITERATIONS * BATCH
     assert stats["smp"] == sampled
     if limiter == "on":
@@ -103,6 +102,10 @@ def test_lag_stays_bounded_with_a_fast_producer_and_a_slow_learner(local_run, li
         # are one message deep (comm.experience.ON_POLICY_PIPE; with the default depths about
         # half of it went stale)
         assert sender.waited_seconds > 0.2, sender.waited_seconds
+        # and what the learner got was made during its last iteration: a batch asked for ahead,
+        # or a shard holding a second batch behind the first, each added an iteration (2.3 on
+        # average with 8 PPO agents on 2 cores)
+        assert np.mean(lags) <= 1.5, lags
         assert stats["stale"] + stats["ovw"] <= sampled // 8, stats
         assert stats["ins"] <= 2 * sampled, stats
     else:

@@ -29,7 +29,14 @@ def _transitions(sender: int, start: int, n: int) -> list[dict[str, np.ndarray]]
 
 
 def test_two_shards_take_four_senders_and_serve_balanced_batches(local_run):
-    run = local_run({"replay": {"shards": 2, "capacity": 5000, "startSampling": 100}})
+    run = local_run(
+        {
+            "replay": {"shards": 2, "capacity": 5000, "startSampling": 100},
+            # what the senders and the prefetcher below do: the shards' limits follow from it
+            "algorithm": {"name": "ppo", "batchSize": 100},
+            "agents": {"flushIteration": 10},
+        }
+    )
     for name in ("replay", "replay-shard-0", "replay-shard-1"):
         run.start(name)
     for name in ("replay-shard-0", "replay-shard-1"):
