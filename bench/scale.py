@@ -376,11 +376,12 @@ def measure_render(b: Bench, exp: Experiment) -> Path:
 
 @dataclass
 class Reference:
-    """`kubectl apply --server-side` of the manifests, measured first and again last.
+    """`kubectl apply --server-side` of the manifests, measured first, between the operator's two
+    creates, and last.
 
-    Our paths run between the two runs, on a control plane that has by then created and deleted
+    Our paths run between those runs, on a control plane that has by then created and deleted
     thousands of pods. Comparing them with the first run only would credit the reference with a
-    fresher cluster; each ratio uses the mean of both runs, and both are printed.
+    fresher cluster; each ratio uses the mean of all runs, and each is printed.
     """
 
     created: list[float]
