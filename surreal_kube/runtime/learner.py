@@ -281,30 +281,40 @@ class LearnerRole(RoleBase):
                 extra={"global_env_steps": self.global_env_steps},
             )
             if report():
-                values = {k: v / count for k, v in sums.items()}
-                replay = self.replay_totals()
-                values.update(
-                    {
-                        "learner/iterations_per_s": iter_rate.rate(self.learner.iteration),
-                        "learner/items_per_s": item_rate.rate(self.items),
-                        "learner/prefetch_queue": self.prefetcher.qsize,
-                        "learner/iteration": self.learner.iteration,
-                        "learner/published_iteration": self._published_iteration,
-                        "learner/global_env_steps": self.global_env_steps,
-                        **self._lag_report(),
-                        **{f"replay/{k}": v for k, v in replay.items()},
-                    }
-                )
-                self.report(values, self.global_env_steps)
-                self.progress.update(
-                    rates={
-                        "iterations_per_s": values["learner/iterations_per_s"],
-                        "items_per_s": values["learner/items_per_s"],
-                    }
-                )
+                self._report_scalars(sums, count, iter_rate, item_rate)
                 sums.clear()
                 count = 0
             self._maybe_progress("running", "")
+        if count:
+            # the updates since the last report: a run shorter than one report period (or its
+            # last partial period) would otherwise leave no learner scalars at all
+            self._report_scalars(sums, count, iter_rate, item_rate)
+
+    def _report_scalars(
+        self, sums: dict[str, float], count: int, iter_rate: RateMeter, item_rate: RateMeter
+    ) -> None:
+        """The mean of `count` updates' stats, rates and replay's counters, to TensorBoard."""
+        values = {k: v / count for k, v in sums.items()}
+        replay = self.replay_totals()
+        values.update(
+            {
+                "learner/iterations_per_s": iter_rate.rate(self.learner.iteration),
+                "learner/items_per_s": item_rate.rate(self.items),
+                "learner/prefetch_queue": self.prefetcher.qsize,
+                "learner/iteration": self.learner.iteration,
+                "learner/published_iteration": self._published_iteration,
+                "learner/global_env_steps": self.global_env_steps,
+                **self._lag_report(),
+                **{f"replay/{k}": v for k, v in replay.items()},
+            }
+        )
+        self.report(values, self.global_env_steps)
+        self.progress.update(
+            rates={
+                "iterations_per_s": values["learner/iterations_per_s"],
+                "items_per_s": values["learner/items_per_s"],
+            }
+        )
 
     def _maybe_progress(self, state: str, message: str) -> None:
         if not self.progress.due():

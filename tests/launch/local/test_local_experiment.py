@@ -236,6 +236,23 @@ def test_bad_input_starts_nothing(tmp_path: Path, args: list[str], code: int, me
     assert not list(root.glob("*/config.yml")) if root.exists() else True
 
 
+def test_a_run_shorter_than_a_report_period_still_has_learner_scalars(tmp_path: Path) -> None:
+    """The learner reported its scalars only when a report period had passed since the last:
+    a CartPole run of 8,000 env steps was over within its first second, and its TensorBoard had
+    no learner scalar at all (seen as a failure of the test above). The last period is flushed
+    when the learner stops."""
+    root = tmp_path / "exps"
+    res = sk("create", "exp-short", "--local", "--detach", *SMALL, "--max-env-steps", "4000",
+             "--set", "session.metrics.learnerIntervalSeconds=3600", root=root)  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    wait_for("exp-short to finish",
+             lambda: state_of(root / "exp-short").get("phase") == "Succeeded", timeout=400)  # fmt: skip
+    assert status_of(root / "exp-short", "learner")["iteration"] >= 1
+    tags = tensorboard_tags(root / "exp-short" / "tensorboard")
+    assert any(t.startswith("learner") for t in tags), sorted(tags)
+    assert any("losses/" in t for t in tags), sorted(tags)
+
+
 def test_foreground_view_and_ctrl_c_stop_cleanly(tmp_path: Path) -> None:
     root = tmp_path / "exps"
     # The child gets SIGINT at its default, as from a terminal, however this test run started.
