@@ -342,11 +342,6 @@ class Prefetcher:
         return self
 
     @property
-    def ahead(self) -> int:
-        """Iterations a batch may wait between its sampling and its use: 0 on demand."""
-        return 0 if self.on_policy else self.depth
-
-    @property
     def qsize(self) -> int:
         """Batches ready for the learner."""
         return self._queue.qsize()

@@ -177,7 +177,7 @@ class LearnerRole(RoleBase):
             return arrays
         lags = self.learner.iteration - versions.astype(np.int64)
         if self.max_lag is not None:
-            keep = lags <= self.max_lag + self.prefetcher.ahead
+            keep = lags <= self.max_lag  # on-policy: asked for when ready, learned at once
             if not keep.all():
                 self.stale_dropped += int((~keep).sum())
                 if not keep.any():
