@@ -25,19 +25,34 @@ from surreal_kube.launch.local.progress import read_progress
 GONE, ORPHANED = "gone", "orphaned"
 
 
+# A process in the middle of execve has already closed its close-on-exec descriptors (so the
+# parent's Popen has returned) but has not yet laid out its new environment: /proc shows it empty
+# for a moment. Every role has an environment, so an empty one is read again until this passes.
+EXEC_SETTLE_SECONDS = 2.0
+
+
+def _environ(pid: int) -> list[bytes] | None:
+    """The environment of a live, non-zombie `pid`; None if gone or not ours to read."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            if f.read().split(") ")[-1][:1] == "Z":
+                return None
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            return f.read().split(b"\0")
+    except OSError:
+        return None
+
+
 def is_role_of(pid: int | None, folder: Path) -> bool:
     """True while `pid` is alive and runs a role of the experiment in `folder`."""
     if not pid:
         return False
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            if f.read().split(") ")[-1][:1] == "Z":
-                return False
-        with open(f"/proc/{pid}/environ", "rb") as f:
-            environ = f.read().split(b"\0")
-    except OSError:  # gone, or not ours to read
-        return False
-    return f"SURREAL_EXPERIMENT_DIR={folder}".encode() in environ
+    deadline = time.monotonic() + EXEC_SETTLE_SECONDS
+    environ = _environ(pid)
+    while environ == [b""] and time.monotonic() < deadline:  # an exec in progress
+        time.sleep(0.005)
+        environ = _environ(pid)
+    return environ is not None and f"SURREAL_EXPERIMENT_DIR={folder}".encode() in environ
 
 
 def leftover_pids(folder: Path, state: dict[str, Any]) -> dict[str, int]:

@@ -17,7 +17,7 @@ import pytest
 
 from surreal_kube.launch.local import backend
 from surreal_kube.launch.local.folder import read_json, write_json_atomic
-from surreal_kube.launch.local.orphans import lost_view, stop_leftovers
+from surreal_kube.launch.local.orphans import is_role_of, lost_view, stop_leftovers
 from surreal_kube.launch.local.ports import port_is_free
 from surreal_kube.runtime.lifecycle import ORPHAN_GRACE
 from tests.processes import kill_group, running
@@ -70,6 +70,22 @@ def test_only_this_experiments_leftovers_are_shown_and_stopped(tmp_path: Path) -
     finally:
         for proc in (ours, other):
             kill_group(proc)
+
+
+def test_a_role_is_recognised_the_moment_its_spawn_returns(tmp_path: Path) -> None:
+    # CI (make test): `lost_view` called right after Popen saw the learner as gone. Popen returns
+    # once the child's exec has closed its close-on-exec pipe, a moment before the kernel lays out
+    # the new environment; /proc/PID/environ reads empty then (about 1 spawn in 20 here).
+    folder = tmp_path / "exp"
+    env = {**os.environ, "SURREAL_EXPERIMENT_DIR": str(folder)}
+    missed = 0
+    for _ in range(200):
+        proc = _sleeper(env)
+        try:
+            missed += not is_role_of(proc.pid, folder)
+        finally:
+            kill_group(proc)
+    assert missed == 0
 
 
 @pytest.mark.slow
