@@ -132,6 +132,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     memo.podwatch = PodWatcher(
         kube, watched, lambda kind, pod: handlers.pod_changed(memo, kind, pod)
     )
+    memo.childwatches = handlers.watch_children(memo, watched)
     nodes = config.nodes
     memo.nodewatch = (
         None if nodes is None else Watcher(kube, NODE, None, nodes.observe, on_list=nodes.replace)

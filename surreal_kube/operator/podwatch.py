@@ -41,7 +41,8 @@ class Watcher:
 
     on_list: given, it receives each (re)list whole (to replace what a cache held: an object
     deleted during a gap has no DELETED event); else the listed objects come as events of
-    type None.
+    type None. metadata_only: the objects come as PartialObjectMetadata (no spec or status),
+    for a watcher that needs names, labels and owners alone.
     """
 
     def __init__(
@@ -53,8 +54,10 @@ class Watcher:
         *,
         selector: str = "",
         on_list: Callable[[list[dict[str, Any]]], None] | None = None,
+        metadata_only: bool = False,
     ) -> None:
         self.kube = kube
+        self.metadata_only = metadata_only
         self.resource = resource
         self.selector = selector
         self.on_event = on_event
@@ -108,7 +111,11 @@ class Watcher:
             try:
                 if version is None:
                     objects, version = list_with_version(
-                        self.kube, self.resource, namespace, self.selector
+                        self.kube,
+                        self.resource,
+                        namespace,
+                        self.selector,
+                        metadata_only=self.metadata_only,
                     )
                     self._listed(objects)
                 version = self._follow(namespace, version)
@@ -130,6 +137,7 @@ class Watcher:
             resource_version=version,
             timeout=WATCH_SECONDS,
             all_namespaces=namespace is None and self.resource.namespaced,
+            metadata_only=self.metadata_only,
         )
         for kind, obj in events:
             if self._stop.is_set():

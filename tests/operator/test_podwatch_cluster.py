@@ -131,3 +131,78 @@ def test_the_node_watch_keeps_the_pools_without_a_list_of_nodes(kube_cluster, ku
     finally:
         watcher.stop()
         kube.delete(NODE, extra)
+
+
+def test_the_children_are_watched_as_metadata_and_a_deleted_one_is_recreated(
+    kube_cluster, kube_namespace
+):
+    kube = connect(kube_cluster, kube_namespace)
+    # a live owner: the garbage collector deletes what names an owner that does not exist
+    held = kube.create({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "owner"}},
+                       kube_namespace)  # fmt: skip
+    owner = {"apiVersion": "v1", "kind": "ConfigMap", "name": "owner",
+             "uid": held["metadata"]["uid"]}  # fmt: skip
+    labels = {"app.kubernetes.io/managed-by": naming.NAME, naming.EXPERIMENT_LABEL: "exp-c"}
+    cm = resource("v1", "ConfigMap")
+    seen: list[tuple[str, str | None, dict[str, Any]]] = []
+    lock = threading.Lock()
+
+    class Memo(dict):
+        __getattr__ = dict.get
+
+    memo = Memo(kube=kube, refresher=Memo(poke=lambda ns, name: seen.append(("poke", name, {}))))
+    from surreal_kube.operator import handlers
+
+    def recreate(memo: Any, kind: str, meta: Any) -> None:
+        with lock:
+            seen.append((kind, meta.get("name"), dict(meta)))
+
+    watchers = handlers.watch_children(memo, [kube_namespace])
+    original = handlers._recreate
+    handlers._recreate = recreate
+    try:
+        for w in watchers:
+            w.start()
+        time.sleep(1.0)
+        for name in ("exp-c-config", naming.progress_name("exp-c")):
+            kube.create({"apiVersion": "v1", "kind": "ConfigMap", "data": {"k": "v" * 1000},
+                         "metadata": {"name": name, "labels": labels,
+                                      "ownerReferences": [owner]}}, kube_namespace)  # fmt: skip
+        kube.create({"apiVersion": "v1", "kind": "ConfigMap",
+                     "metadata": {"name": "stranger", "ownerReferences": [owner]}},
+                    kube_namespace)  # fmt: skip
+        kube.delete(cm, "exp-c-config", kube_namespace)
+        kube.delete(cm, "stranger", kube_namespace)
+        wait_for("the deletion", lambda: any(k == "ConfigMap" for k, _, _ in seen))
+        time.sleep(1.0)
+        with lock:
+            deleted = [(n, m) for k, n, m in seen if k == "ConfigMap"]
+            poked = [n for k, n, _ in seen if k == "poke"]
+        assert [n for n, _ in deleted] == ["exp-c-config"]  # not the unlabelled one
+        meta = deleted[0][1]
+        assert meta["ownerReferences"][0]["uid"] == owner["uid"]
+        assert poked == ["exp-c"]  # the progress record, not the config
+    finally:
+        handlers._recreate = original
+        for w in watchers:
+            w.stop()
+
+
+def test_a_metadata_watch_carries_no_spec_or_data(kube_cluster, kube_namespace):
+    kube = connect(kube_cluster, kube_namespace)
+    cm = resource("v1", "ConfigMap")
+    _, version = cluster.list_with_version(kube, cm, kube_namespace, "", metadata_only=True)
+    kube.create({"apiVersion": "v1", "kind": "ConfigMap", "data": {"k": "v"},
+                 "metadata": {"name": "meta-only"}}, kube_namespace)  # fmt: skip
+    for kind, obj in kube.watch(
+        cm, kube_namespace, resource_version=version, timeout=5, metadata_only=True
+    ):
+        if obj["metadata"].get("name") == "meta-only":
+            assert kind == "ADDED"
+            assert obj["kind"] == "PartialObjectMetadata" and "data" not in obj
+            break
+    else:
+        raise AssertionError("no event of the ConfigMap")
+    listed, _ = cluster.list_with_version(kube, cm, kube_namespace, "", metadata_only=True)
+    found = [o for o in listed if o["metadata"]["name"] == "meta-only"]
+    assert found and "data" not in found[0]

@@ -333,9 +333,15 @@ class Kube:
         content_type: str | None = None,
         timeout: float | None = None,
         what: str | None = None,
+        accept: str | None = None,
     ) -> Any:
-        """One request; the parsed JSON answer (or text), KubeError on any failure."""
-        resp = self._send(method, path, query, body, content_type, timeout, what, stream=False)
+        """One request; the parsed JSON answer (or text), KubeError on any failure.
+
+        accept: the Accept header (default JSON), e.g. `METADATA_LIST` for names and labels only.
+        """
+        resp = self._send(
+            method, path, query, body, content_type, timeout, what, stream=False, accept=accept
+        )
         data = resp.read()
         if not data:
             return None
@@ -351,9 +357,12 @@ class Kube:
         query: Mapping[str, Any] | None = None,
         timeout: float | None = None,
         what: str | None = None,
+        accept: str | None = None,
     ) -> Iterator[bytes]:
         """GET a streaming answer (logs, watches) and yield its lines as they arrive."""
-        resp = self._send("GET", path, query, None, None, timeout, what, stream=True)
+        resp = self._send(
+            "GET", path, query, None, None, timeout, what, stream=True, accept=accept
+        )
         raw = resp.response
         buffer = b""
         try:
@@ -382,10 +391,11 @@ class Kube:
         what: str | None,
         *,
         stream: bool,
+        accept: str | None = None,
     ) -> Any:
         from kubernetes.client.exceptions import ApiException
 
-        headers = {"Accept": "application/json"}
+        headers = {"Accept": accept or "application/json"}
         if body is not None:
             headers["Content-Type"] = content_type or "application/json"
         params = [(k, _query_value(v)) for k, v in (query or {}).items() if v is not None]
@@ -597,11 +607,14 @@ class Kube:
         resource_version: str | None = None,
         timeout: float = 60.0,
         all_namespaces: bool = False,
+        metadata_only: bool = False,
     ) -> Iterator[tuple[str, dict[str, Any]]]:
         """(type, object) events until the server ends the watch (about `timeout` seconds).
 
         An ERROR event (410 Gone: `resource_version` is too old to resume from) is raised as the
-        matching KubeError. `all_namespaces`: watch the kind in every namespace."""
+        matching KubeError. `all_namespaces`: watch the kind in every namespace. metadata_only:
+        the objects come as PartialObjectMetadata (apiVersion, kind and metadata), for a
+        watcher that needs no more: the server then sends no spec or status."""
         ns = None if all_namespaces else self._ns(res, namespace)
         query = {
             "watch": "true",
@@ -611,7 +624,11 @@ class Kube:
             "allowWatchBookmarks": "true",
         }
         for line in self.stream(
-            res.path(ns), query=query, timeout=timeout + 10, what=f"watch {res.plural}"
+            res.path(ns),
+            query=query,
+            timeout=timeout + 10,
+            what=f"watch {res.plural}",
+            accept=METADATA if metadata_only else None,
         ):
             if not line.strip():
                 continue
@@ -638,6 +655,12 @@ class Kube:
             if not left or time.monotonic() > deadline:
                 return left
             time.sleep(0.3)
+
+
+METADATA = "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1"
+"""Accept header of a watch (or get) that wants only the objects' metadata."""
+METADATA_LIST = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1"
+"""Accept header of a list that wants only the objects' metadata."""
 
 
 def selector(labels: str | Mapping[str, str]) -> str:

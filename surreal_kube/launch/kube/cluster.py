@@ -38,6 +38,7 @@ from surreal_kube.experiment.topology import Topology
 from surreal_kube.launch.kube import apply, naming
 from surreal_kube.launch.kube.client import (
     EXPERIMENT,
+    METADATA_LIST,
     NODE,
     POD,
     ForbiddenError,
@@ -664,15 +665,23 @@ def _operator_verdict(
 
 
 def list_with_version(
-    kube: Kube, res: Resource, namespace: str | None, selector: str
+    kube: Kube,
+    res: Resource,
+    namespace: str | None,
+    selector: str,
+    *,
+    metadata_only: bool = False,
 ) -> tuple[list[dict[str, Any]], str]:
     """Every object of a kind matching `selector` (pages of 500; namespace None: every
     namespace) and the list's resourceVersion, from which a watch continues without missing a
-    change."""
+    change. metadata_only: the objects' metadata alone (PartialObjectMetadata)."""
     query: dict[str, Any] = {"labelSelector": selector, "limit": 500}
     items: list[dict[str, Any]] = []
+    accept = METADATA_LIST if metadata_only else None
     while True:
-        page = kube.raw("GET", res.path(namespace), query=query, what=f"list {res.plural}")
+        page = kube.raw(
+            "GET", res.path(namespace), query=query, what=f"list {res.plural}", accept=accept
+        )
         items.extend(page.get("items") or [])
         meta = page.get("metadata") or {}
         if not meta.get("continue"):
