@@ -66,11 +66,20 @@ bootstrap_go() {
     echo "build.sh: no Go found and no pinned toolchain for $(uname -m); install Go >= 1.26" >&2
     return 1
   fi
-  echo "build.sh: fetching $GO_BOOTSTRAP from the Go module proxy" >&2
+  # The proxy is the one Go itself is configured with ($GOPROXY: its first real entry); with no
+  # Go installed there is no `go env` to ask, and no proxy's address belongs in this script.
+  local proxy
+  proxy=$(tr ',|' '\n\n' <<<"${GOPROXY:-}" | grep -v -x -e '' -e direct -e off | head -n1 || true)
+  if [[ -z "$proxy" ]]; then
+    echo "build.sh: no Go found and GOPROXY names no module proxy; install Go >= 1.26" \
+      "or set GOPROXY to fetch the pinned $GO_BOOTSTRAP toolchain" >&2
+    return 1
+  fi
+  echo "build.sh: fetching $GO_BOOTSTRAP from the Go module proxy (\$GOPROXY)" >&2
   mkdir -p "$cache_root/go"
   zip="$cache_root/go/$GO_BOOTSTRAP.zip.$$"
   curl -fsSL --retry 3 -o "$zip" \
-    "${GOPROXY_URL:-https://proxy.golang.org}/golang.org/toolchain/@v/v0.0.1-$GO_BOOTSTRAP.linux-$arch.zip"
+    "${proxy%/}/golang.org/toolchain/@v/v0.0.1-$GO_BOOTSTRAP.linux-$arch.zip"
   sum=$(sha256sum "$zip" | cut -d' ' -f1)
   if [[ "$sum" != "${!want}" ]]; then
     echo "build.sh: $zip has sha256 $sum, expected ${!want}" >&2

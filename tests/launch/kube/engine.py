@@ -24,7 +24,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 BASE_IMAGE = "localhost/surreal-kube-test/python:bookworm"
-DEBIAN_MIRROR = os.environ.get("SURREAL_KUBE_DEBIAN_MIRROR", "http://deb.debian.org/debian")
 DEBOOTSTRAP_PACKAGES = ("python3", "python3-venv", "python3-wheel")
 NEEDED = ("podman", "debootstrap", "runc")
 CONTAINERS_CONF = """\
@@ -51,6 +50,43 @@ def missing_tools() -> list[str]:
     return [t for t in NEEDED if shutil.which(t) is None]
 
 
+def debian_mirror(sources: Path = Path("/etc/apt")) -> str:
+    """The Debian archive apt is configured with here (debootstrap needs one): the first
+    `deb` source whose suites include bookworm, from sources.list or a deb822 `.sources` file.
+
+    Read from apt's own configuration, so the tests reach Debian's packages the way the machine
+    does; `SURREAL_KUBE_DEBIAN_MIRROR` overrides it.
+    """
+    env = os.environ.get("SURREAL_KUBE_DEBIAN_MIRROR")
+    if env:
+        return env
+    found: list[tuple[list[str], list[str], list[str]]] = []  # (types, uris, suites)
+    for path in sorted((sources / "sources.list.d").glob("*.sources")):
+        for stanza in path.read_text(errors="replace").split("\n\n"):
+            fields: dict[str, list[str]] = {}
+            for line in stanza.splitlines():
+                key, sep, value = line.partition(":")
+                if sep and not line.startswith(("#", " ", "\t")):
+                    fields[key.strip().lower()] = value.split()
+            if fields.get("enabled", ["yes"])[0].lower() != "no":
+                found.append((fields.get("types", []), fields.get("uris", []), fields.get("suites", [])))
+    lists = [sources / "sources.list", *sorted((sources / "sources.list.d").glob("*.list"))]
+    for path in lists:
+        if not path.is_file():
+            continue
+        for line in path.read_text(errors="replace").splitlines():
+            words = [w for w in line.split("#", 1)[0].split() if not w.startswith("[")]
+            if len(words) >= 3:
+                found.append(([words[0]], [words[1]], [words[2]]))
+    for types, uris, suites in found:
+        if "deb" in types and "bookworm" in suites and uris:
+            return uris[0]
+    raise RuntimeError(
+        f"no Debian bookworm source in apt's configuration under {sources}; set "
+        "SURREAL_KUBE_DEBIAN_MIRROR to the Debian archive to debootstrap the test base image from"
+    )
+
+
 def base_rootfs_tar() -> Path:
     """The cached debootstrap rootfs tarball, made on first use (about two minutes)."""
     tar = cache_dir() / "debian-bookworm-python3.tar"
@@ -66,7 +102,7 @@ def base_rootfs_tar() -> Path:
                 f"--include={','.join(DEBOOTSTRAP_PACKAGES)}",
                 "bookworm",
                 str(root),
-                DEBIAN_MIRROR,
+                debian_mirror(),
             ],
             check=True,
             stdout=subprocess.DEVNULL,
