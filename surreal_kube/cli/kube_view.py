@@ -214,23 +214,46 @@ def progress_view(name: str, status: ExperimentStatus, started: float) -> Group:
     return Group(head, components_table(status))
 
 
-def processes_table(status: ExperimentStatus) -> Table:
-    """One row per pod: phase, ready, restarts, node, reason."""
-    from rich.table import Table
+def processes_table(status: ExperimentStatus) -> Text:
+    """One row per pod: phase, ready, restarts, node, reason.
 
-    table = Table(box=None, pad_edge=False)
-    for col in ("POD", "PHASE", "READY", "RESTARTS", "NODE", "REASON"):
-        table.add_column(col, no_wrap=col != "REASON")
-    for proc in status.processes.values():
-        table.add_row(
+    Aligned text, not a rich Table: a Table measures and renders every cell of every row, about
+    4 ms a row here, so the 1,022 pods of a 10,000-agent experiment took 4-5 s to print (the
+    status of that experiment is meant to take under 2 s). Columns are padded to their widest
+    cell as kubectl pads them; only the phase is styled. Printed with soft wrap (`status`), a
+    long reason runs on as kubectl's does, for the terminal to wrap, instead of being cut.
+    """
+    from rich.text import Text
+
+    from surreal_kube.cli.output import aligned_rows
+
+    columns = ("POD", "PHASE", "READY", "RESTARTS", "NODE", "REASON")
+    rows = [
+        (
             proc.pod,
-            phase_text(proc.phase),
+            proc.phase or "-",
             "yes" if proc.ready else "no",
             str(proc.restarts),
             proc.node or "-",
             proc.reason or "",
         )
-    return table
+        for proc in status.processes.values()
+    ]
+    text = Text()
+    for i, line in enumerate(aligned_rows(columns, rows)):
+        if i:
+            text.append("\n")
+        if i == 0:
+            text.append(line)
+            continue
+        phase = rows[i - 1][1]
+        start, _, rest = line.partition(rows[i - 1][0])
+        text.append(start + rows[i - 1][0])
+        pad = rest[: len(rest) - len(rest.lstrip(" "))]
+        text.append(pad)
+        text.append(phase, style=_PHASE_STYLE.get(phase, ""))
+        text.append(rest[len(pad) + len(phase) :])
+    return text
 
 
 def status_view(name: str, namespace: str, status: ExperimentStatus, via: str) -> Group:

@@ -253,7 +253,7 @@ def _status_kube(name: str, where: kv.Target, output: str | None) -> None:
         structured(_tidy(doc), output)
         return
     via = "Experiment object, operator" if found.via_operator else "applied directly"
-    out.print(kv.status_view(name, found.namespace, st, via))
+    out.print(kv.status_view(name, found.namespace, st, via), soft_wrap=True)
 
 
 def _did_you_mean(exc: SpecError, target: str, exp: Any) -> SpecError:
