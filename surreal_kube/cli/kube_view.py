@@ -225,7 +225,7 @@ def processes_table(status: ExperimentStatus) -> Text:
     """
     from rich.text import Text
 
-    from surreal_kube.cli.output import aligned_rows
+    from surreal_kube.cli.output import column_widths
 
     columns = ("POD", "PHASE", "READY", "RESTARTS", "NODE", "REASON")
     rows = [
@@ -239,20 +239,16 @@ def processes_table(status: ExperimentStatus) -> Text:
         )
         for proc in status.processes.values()
     ]
-    text = Text()
-    for i, line in enumerate(aligned_rows(columns, rows)):
-        if i:
-            text.append("\n")
-        if i == 0:
-            text.append(line)
-            continue
-        phase = rows[i - 1][1]
-        start, _, rest = line.partition(rows[i - 1][0])
-        text.append(start + rows[i - 1][0])
-        pad = rest[: len(rest) - len(rest.lstrip(" "))]
-        text.append(pad)
-        text.append(phase, style=_PHASE_STYLE.get(phase, ""))
-        text.append(rest[len(pad) + len(phase) :])
+    widths = column_widths(columns, rows)
+    text = Text("  ".join(c.ljust(w) for c, w in zip(columns, widths, strict=True)).rstrip())
+    for row in rows:
+        line = Text()
+        for column, cell, width in zip(columns, row, widths, strict=True):
+            line.append(cell, style=_PHASE_STYLE.get(cell, "") if column == "PHASE" else "")
+            line.append(" " * (width - len(cell) + 2))
+        line.rstrip()
+        text.append("\n")
+        text.append_text(line)
     return text
 
 

@@ -145,16 +145,18 @@ def table(
 
 def plain_table(columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
     """kubectl's plain table: columns padded to their widest cell, three spaces apart."""
-    return "\n".join(aligned_rows(columns, rows, gap="   ")) + "\n"
-
-
-def aligned_rows(
-    columns: Sequence[str], rows: Sequence[Sequence[Any]], gap: str = "  "
-) -> list[str]:
-    """The header and the rows as lines, each column padded to its widest cell (unstyled)."""
     cells = [[str(c) for c in columns]] + [[_plain(c) for c in row] for row in rows]
-    widths = [max(len(r[i]) for r in cells) for i in range(len(columns))]
-    return [gap.join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in cells]
+    widths = column_widths(columns, rows)
+    lines = ["   ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in cells]
+    return "\n".join(lines) + "\n"
+
+
+def column_widths(columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> list[int]:
+    """Each column's widest cell, the header included."""
+    return [
+        max([len(str(col))] + [len(_plain(row[i])) for row in rows])
+        for i, col in enumerate(columns)
+    ]
 
 
 def _plain(cell: Any) -> str:

@@ -136,6 +136,9 @@ def test_status_of_a_thousand_pods_is_one_aligned_line_each(terminal: bool) -> N
     ).print(kv.status_view("big", "ns", _big_status(), "applied directly"), soft_wrap=True)
     text = buf.getvalue()
     assert ("\x1b[" in text) is terminal
+    if terminal:  # the phase of a pod's row is styled, and nothing else of that row
+        (raw,) = [line for line in text.splitlines() if line.startswith("big-agents-1 ")]
+        assert raw.count("\x1b[") == 2 and "m" + "Running" + "\x1b[0m" in raw, repr(raw)
     lines = Text.from_ansi(text).plain.splitlines()
     header = next(i for i, line in enumerate(lines) if line.startswith("POD "))
     rows = lines[header + 1 : header + 1 + 1022]
