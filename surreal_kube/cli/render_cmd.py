@@ -64,22 +64,21 @@ Context = Annotated[
 
 def cluster_profile(profile: Path | None, discover: bool, context: str | None) -> Any:
     """The profile file, with its pools replaced by the live cluster's when `discover`."""
-    from surreal_kube.launch.kube.profile import discover_profile, load_profile
+    from surreal_kube.launch.kube.profile import load_profile
 
     base = load_profile(profile) if profile is not None else None
     if not discover:
         return base
-    from kubernetes import config
-    from kubernetes.config.config_exception import ConfigException
+    from surreal_kube.launch.kube.client import Kube, KubeError
+    from surreal_kube.launch.kube.cluster import discover_pools
 
     try:
-        api = config.new_client_from_config(context=context)
-    except (ConfigException, OSError, ValueError, TypeError) as exc:
-        raise LaunchError(
-            f"cannot load the Kubernetes configuration for --discover: {exc}"
-        ) from exc
-    with api:
-        return discover_profile(api, base)
+        kube = Kube(context=context)
+    except KubeError as exc:
+        raise LaunchError(f"--discover: {exc}") from exc
+    with kube:
+        kube.raw("GET", "/version", what="reach the API server")  # unreachable: say so first
+        return discover_pools(kube, base)
 
 
 def parse_images(pairs: list[str] | None) -> dict[str, str]:

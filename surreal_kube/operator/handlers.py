@@ -67,21 +67,26 @@ def plain(body: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def login(memo: kopf.Memo, **_: Any) -> kopf.ConnectionInfo | None:
-    """Connect kopf the way our own client connects (kubeconfig and context, or in-cluster)."""
-    cfg = memo.kube.configuration
-    if memo.kube.context == "in-cluster":
+    """Connect kopf the way our own client connects (kubeconfig and context, or in-cluster):
+    the same credentials, read once (`launch/kube/kubeconfig.py`)."""
+    creds = memo.kube.credentials
+    if creds.context == "in-cluster":
         return kopf.login_with_service_account(**_)
-    token = (cfg.api_key or {}).get("authorization") or (cfg.api_key or {}).get("BearerToken")
-    scheme = token.split(" ", 1)[0] if token and " " in token else None
+    auth = creds.authorization()
+    scheme, _sep, token = auth.partition(" ") if auth else (None, "", None)
+    pair = creds.client_certificate()
+    issued = creds.exec_plugin.credential() if creds.exec_plugin is not None else None
     return kopf.ConnectionInfo(
-        server=cfg.host,
-        ca_path=cfg.ssl_ca_cert,
-        insecure=not cfg.verify_ssl,
-        certificate_path=cfg.cert_file,
-        private_key_path=cfg.key_file,
-        scheme=scheme or ("Bearer" if token else None),
-        token=token.split(" ", 1)[-1] if token else None,
+        server=creds.server,
+        ca_data=creds.ca_pem,
+        insecure=not creds.verify,
+        certificate_data=pair[0] if pair else None,
+        private_key_data=pair[1] if pair else None,
+        scheme=scheme or None,
+        token=token or None,
+        proxy_url=creds.proxy,
         default_namespace=memo.kube.namespace,
+        expiration=issued.expires if issued is not None else None,
     )
 
 

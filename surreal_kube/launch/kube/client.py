@@ -1,10 +1,10 @@
 """A small Kubernetes client: one connection, plain dicts, server-side apply, own errors.
 
 Everything cluster-facing in surreal-kube (the CLI verbs and the operator's reconcile step) talks to
-the API server through `Kube`. It wraps the official `kubernetes` client's transport (kubeconfig
-and in-cluster loading, TLS, auth plugins) but speaks plain JSON dicts, so that objects rendered by
-the templates go to the server as they are, and it converts every transport failure into the
-small hierarchy below, chained with `raise ... from e`: callers never see `ApiException`.
+the API server through `Kube`: credentials read as kubectl reads them (`kubeconfig.py`), one
+urllib3 connection pool, plain JSON dicts, so that objects rendered by the templates go to the
+server as they are, and every transport failure converted into the small hierarchy below,
+chained with `raise ... from e`.
 
     KubeError (LaunchError)
       NotFoundError       404
@@ -14,23 +14,29 @@ small hierarchy below, chained with `raise ... from e`: callers never see `ApiEx
       UnreachableError    no answer (connection refused, TLS, timeout)
       ServerError         anything else, with its status and reason
 
-The `kubernetes` package is imported only when a connection is made, so `--help` stays fast.
+The official `kubernetes` package is not imported here at all (`kubeconfig.py` says why), except
+by `Kube.api`, for exec and port-forward.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import threading
 import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import quote, urlencode
 
 from surreal_kube.errors import LaunchError
 
 FIELD_MANAGER = "surreal-kube"
+USER_AGENT = "surreal-kube"
+CRD_SEEN_SECONDS = 10.0
+POOL_SIZE = 16
+"""Connections kept open to the API server: the applier's parallel requests and the operator's
+watches (one held open each) at once; more are opened when needed and not kept."""
 APPLY_PATCH = "application/apply-patch+yaml"
 MERGE_PATCH = "application/merge-patch+json"
 
@@ -155,9 +161,10 @@ def _address(exc: BaseException, server: str | None) -> str:
 
     seen: BaseException | None = exc
     while seen is not None:
-        pool = getattr(seen, "pool", None)
-        if pool is not None and getattr(pool, "host", None):
-            return f"{pool.host}:{pool.port}" if pool.port else str(pool.host)
+        # urllib3's connection (NewConnectionError) or pool (MaxRetryError, ReadTimeoutError)
+        where = vars(seen).get("conn") or vars(seen).get("pool")
+        if where is not None and getattr(where, "host", None):
+            return f"{where.host}:{where.port}" if where.port else str(where.host)
         seen = seen.__cause__ or seen.__context__
     if server:
         parts = urlsplit(server if "://" in server else f"https://{server}")
@@ -262,60 +269,66 @@ class Kube:
         field_manager: str = FIELD_MANAGER,
         timeout: float = 30.0,
     ) -> None:
-        from kubernetes import client, config
-        from kubernetes.config.config_exception import ConfigException
+        from surreal_kube.launch.kube import kubeconfig as config
 
         self.field_manager = field_manager
         self.timeout = timeout
-        cfg = client.Configuration()
-        context_namespace: str | None = None
-        in_cluster = (
-            kubeconfig is None
-            and context is None
-            and not os.environ.get("KUBECONFIG")
-            and not Path("~/.kube/config").expanduser().exists()
-            and bool(os.environ.get("KUBERNETES_SERVICE_HOST"))
-        )
+        self._kubeconfig = kubeconfig
         try:
-            if in_cluster:
-                config.load_incluster_config(client_configuration=cfg)
-                ns_file = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
-                context_namespace = ns_file.read_text().strip() if ns_file.exists() else None
-                self.context = "in-cluster"
-            else:
-                path = str(kubeconfig) if kubeconfig else None
-                contexts, current = config.list_kube_config_contexts(config_file=path)
-                chosen = current
-                if context is not None:
-                    chosen = next((c for c in contexts if c["name"] == context), None)
-                    if chosen is None:
-                        names = ", ".join(sorted(c["name"] for c in contexts)) or "none"
-                        raise KubeError(
-                            f"kubeconfig has no context named {context!r} (contexts: {names})"
-                        )
-                if not chosen:
-                    raise KubeError("kubeconfig has no current context; pass --context")
-                self.context = chosen["name"]
-                context_namespace = (chosen.get("context") or {}).get("namespace")
-                config.load_kube_config(
-                    config_file=path,
-                    context=self.context,
-                    client_configuration=cfg,
-                    persist_config=False,
-                )
-        except (ConfigException, OSError, ValueError, TypeError) as e:
+            creds = config.credentials(kubeconfig, context)
+        except config.ConfigError as e:
+            if "no context named" in str(e) or "no current context" in str(e):
+                raise KubeError(str(e)) from e
             where = kubeconfig or os.environ.get("KUBECONFIG") or "~/.kube/config"
             raise KubeError(f"cannot load the Kubernetes configuration ({where}): {e}") from e
-        self.namespace = namespace or context_namespace or "default"
-        self.server = cfg.host
-        self.configuration = cfg
-        self.api = client.ApiClient(cfg)
+        self.credentials = creds
+        self.context = creds.context
+        self.namespace = namespace or creds.namespace or "default"
+        self.server = creds.server
+        self._pool: Any = None
+        self._pool_lock = threading.Lock()
+        self._official: Any = None
+        self._crd_seen = -CRD_SEEN_SECONDS
         self._discovered: dict[tuple[str, str], Resource] = {}
 
     # -- plumbing
 
     def close(self) -> None:
-        self.api.close()
+        if self._pool is not None:
+            self._pool.clear()
+        if self._official is not None:
+            self._official.close()
+
+    def _connections(self) -> Any:
+        """urllib3's pool for this server, made at the first request (threads share it)."""
+        with self._pool_lock:
+            if self._pool is None:
+                import urllib3
+
+                creds = self.credentials
+                options: dict[str, Any] = {
+                    "maxsize": POOL_SIZE,
+                    "block": False,
+                    "ssl_context": creds.ssl_context(),
+                }
+                if creds.tls_server_name:
+                    options["server_hostname"] = creds.tls_server_name
+                if not creds.verify:
+                    options["assert_hostname"] = False
+                    urllib3.disable_warnings(urllib3.exceptions.InsecureRequestWarning)
+                if creds.proxy:
+                    self._pool = urllib3.ProxyManager(creds.proxy, **options)
+                else:
+                    self._pool = urllib3.PoolManager(**options)
+            return self._pool
+
+    @property
+    def api(self) -> Any:
+        """The official client's ApiClient for the same cluster and identity, for what needs
+        its websocket streams (exec, port-forward); loaded at the first use only."""
+        if self._official is None:
+            self._official = official_api_client(self._kubeconfig, self.context)
+        return self._official
 
     def __enter__(self) -> Kube:
         return self
@@ -342,7 +355,7 @@ class Kube:
         resp = self._send(
             method, path, query, body, content_type, timeout, what, stream=False, accept=accept
         )
-        data = resp.read()
+        data = resp.data
         if not data:
             return None
         try:
@@ -363,7 +376,7 @@ class Kube:
         resp = self._send(
             "GET", path, query, None, None, timeout, what, stream=True, accept=accept
         )
-        raw = resp.response
+        raw = resp
         buffer = b""
         try:
             for chunk in raw.stream(4096, decode_content=True):
@@ -393,34 +406,47 @@ class Kube:
         stream: bool,
         accept: str | None = None,
     ) -> Any:
-        from kubernetes.client.exceptions import ApiException
+        import urllib3
 
-        headers = {"Accept": accept or "application/json"}
+        from surreal_kube.launch.kube.kubeconfig import ConfigError
+
+        headers = {"Accept": accept or "application/json", "User-Agent": USER_AGENT}
+        data = None
         if body is not None:
             headers["Content-Type"] = content_type or "application/json"
+            data = body if isinstance(body, bytes) else json.dumps(body).encode()
         params = [(k, _query_value(v)) for k, v in (query or {}).items() if v is not None]
+        url = self.server + path + (f"?{urlencode(params)}" if params else "")
         label = what or f"{method} {path}"
-        try:
-            req = self.api.param_serialize(
-                method,
-                path,
-                query_params=params,
-                header_params=headers,
-                body=body,
-                auth_settings=["BearerToken"],
-            )
-            limit = timeout if timeout is not None else self.timeout
-            resp = self.api.call_api(*req, _request_timeout=(min(limit, 10.0), limit))
-        except ApiException as e:
-            if e.status:
-                raise error_from_response(e.status, e.body, label) from e
-            raise unreachable_error(e, self.server) from e
-        except Exception as e:
-            if is_transport_error(e):
-                raise unreachable_error(e, self.server) from e
-            raise
+        limit = timeout if timeout is not None else self.timeout
+        for attempt in (1, 2):
+            try:
+                auth = self.credentials.authorization()
+                if auth:
+                    headers["Authorization"] = auth
+                resp = self._connections().request(
+                    method,
+                    url,
+                    body=data,
+                    headers=headers,
+                    timeout=urllib3.Timeout(connect=min(limit, 10.0), read=limit),
+                    retries=False,
+                    redirect=False,
+                    preload_content=not stream,
+                )
+            except ConfigError as e:
+                raise KubeError(f"{label}: {e}") from e
+            except Exception as e:
+                if is_transport_error(e):
+                    raise unreachable_error(e, self.server) from e
+                raise
+            if resp.status == 401 and attempt == 1 and self.credentials.unauthorized():
+                resp.drain_conn()
+                resp.release_conn()
+                continue  # a fresh token or exec credential, once
+            break
         if not 200 <= resp.status <= 299:
-            raise error_from_response(resp.status, resp.read(), label)
+            raise error_from_response(resp.status, resp.data, label)
         return resp
 
     # -- discovery
@@ -443,12 +469,20 @@ class Kube:
         return self._discovered[key]
 
     def has_experiment_crd(self) -> bool:
-        """True when the `Experiment` kind is served (the CRD is installed and established)."""
+        """True when the `Experiment` kind is served (the CRD is installed and established).
+
+        A yes is kept for CRD_SEEN_SECONDS: one command asks several times (pre-flight, the
+        check for an existing experiment, the kept-claim check), each a round trip."""
+        if time.monotonic() - self._crd_seen < CRD_SEEN_SECONDS:
+            return True
         try:
             found = self.raw("GET", f"/apis/{EXPERIMENT.api_version}", what="discover Experiment")
         except NotFoundError:
             return False
-        return any(r.get("name") == EXPERIMENT.plural for r in (found or {}).get("resources", []))
+        served = any(r.get("name") == EXPERIMENT.plural for r in (found or {}).get("resources", []))
+        if served:
+            self._crd_seen = time.monotonic()
+        return served
 
     # -- objects
 
@@ -674,3 +708,26 @@ def _query_value(value: Any) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
     return str(value)
+
+
+def official_api_client(kubeconfig: str | os.PathLike[str] | None, context: str) -> Any:
+    """The official client's ApiClient for a context (or the pod's ServiceAccount), for the
+    calls that need its websocket streams (`pods.exec_in`, port-forward)."""
+    from kubernetes import client, config
+    from kubernetes.config.config_exception import ConfigException
+
+    cfg = client.Configuration()
+    try:
+        if context == "in-cluster":
+            config.load_incluster_config(client_configuration=cfg)
+        else:
+            config.load_kube_config(
+                config_file=str(kubeconfig) if kubeconfig else None,
+                context=context,
+                client_configuration=cfg,
+                persist_config=False,
+            )
+    except (ConfigException, OSError, ValueError, TypeError) as e:
+        where = kubeconfig or os.environ.get("KUBECONFIG") or "~/.kube/config"
+        raise KubeError(f"cannot load the Kubernetes configuration ({where}): {e}") from e
+    return client.ApiClient(cfg)

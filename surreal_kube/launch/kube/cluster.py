@@ -233,11 +233,9 @@ def effective_profile(
 
 
 def discover_pools(kube: Kube, base: ClusterProfile | None = None) -> ClusterProfile:
-    """`profile.discover_profile` through our own client: the nodes as plain JSON, in pages.
-
-    The official client's typed node models cost seconds for a thousand nodes (and its CoreV1Api
-    module seconds to import on a busy machine); the pools come out the same.
-    """
+    """The live cluster's node pools (`profile.pools_from_nodes`), from the nodes as plain JSON,
+    in pages; other settings come from `base`. (The official client's typed node models cost
+    seconds for a thousand nodes.)"""
     try:
         nodes = kube.list(NODE)
     except KubeError as exc:
@@ -290,17 +288,24 @@ def plan_create(
     Through the operator the chosen profile travels in the `Experiment` (`Plan.profile_choice`),
     so the operator's plan of the same spec comes out the same.
     """
+    from concurrent.futures import ThreadPoolExecutor
+
     from surreal_kube.launch.kube.plan import make_plan
 
-    prof = effective_profile(kube, profile, check_fit=preflight)
-    via_operator = not direct and kube.has_experiment_crd()
-    if preflight:  # storage.py: data of an earlier run; a claim its class cannot serve
-        from surreal_kube.launch.kube.storage import check_kept_claim, check_storage
+    # The nodes (a thousand of them take the longest answer) are read beside the other checks:
+    # each is a round trip to a server that may be busy, and none depends on another.
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        nodes = pool.submit(effective_profile, kube, profile, check_fit=preflight)
+        via_operator = not direct and kube.has_experiment_crd()
+        if preflight:  # storage.py: data of an earlier run
+            from surreal_kube.launch.kube.storage import check_kept_claim
 
-        check_kept_claim(kube, exp.metadata.name, kube.namespace)
-        if profile is not None or not via_operator:  # else the operator's profile's volume
-            volume = (prof or ClusterProfile()).experiment_volume
-            check_storage(kube, volume, exp.metadata.name)
+            check_kept_claim(kube, exp.metadata.name, kube.namespace)
+        prof = nodes.result()
+    if preflight and (profile is not None or not via_operator):  # else the operator's volume
+        from surreal_kube.launch.kube.storage import check_storage
+
+        check_storage(kube, (prof or ClusterProfile()).experiment_volume, exp.metadata.name)
     plan = make_plan(exp, kube.namespace, profile=prof, images=images)
     plan.via_operator = via_operator
     plan.profile_choice = profile

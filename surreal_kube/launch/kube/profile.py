@@ -26,7 +26,7 @@ from typing import Any, Literal
 
 from pydantic import Field, ValidationError, field_validator, model_validator
 
-from surreal_kube.errors import LaunchError, SpecError
+from surreal_kube.errors import SpecError
 from surreal_kube.experiment.quantity import CpuQuantity, MemoryQuantity, parse_cpu, parse_memory
 from surreal_kube.schema import SpecModel
 
@@ -286,41 +286,15 @@ def profile_from_dict(data: Mapping[str, Any], source: str = "cluster profile") 
 # ------------------------------------------------------------------------------------ discovery
 
 
-def discover_profile(api_client: Any, base: ClusterProfile | None = None) -> ClusterProfile:
-    """Pools of the live cluster, from its nodes; other settings come from `base`.
+def pools_from_nodes(nodes: Iterable[Mapping[str, Any]]) -> list[NodePool]:
+    """Group node records ({name, labels, taints, allocatable}) into pools.
 
     Nodes are grouped by the first pool label they carry (GKE, EKS, Karpenter, AKS, then instance
     type); a node with none is a pool of its own. A pool offers the smallest allocatable of its
-    nodes and the taints all of them share. Cordoned nodes are left out. This is capacity, not
-    free space: what other workloads use now is not subtracted.
+    nodes and the taints all of them share; the caller leaves cordoned nodes out
+    (`cluster.discover_pools`). This is capacity, not free space: what other workloads use now
+    is not subtracted.
     """
-    from kubernetes import client
-    from kubernetes.client.rest import ApiException
-
-    try:
-        nodes = client.CoreV1Api(api_client).list_node().items
-    except ApiException as exc:
-        raise LaunchError(f"cannot list nodes to discover node pools: {exc.reason}") from exc
-    records = [_node_record(n.to_dict()) for n in nodes if not (n.spec and n.spec.unschedulable)]
-    pools = pools_from_nodes(records)
-    base = base or ClusterProfile()
-    return base.model_copy(update={"pools": pools})
-
-
-def _node_record(node: Mapping[str, Any]) -> dict[str, Any]:
-    meta = node.get("metadata") or {}
-    spec = node.get("spec") or {}
-    status = node.get("status") or {}
-    return {
-        "name": meta.get("name", ""),
-        "labels": meta.get("labels") or {},
-        "taints": spec.get("taints") or [],
-        "allocatable": status.get("allocatable") or {},
-    }
-
-
-def pools_from_nodes(nodes: Iterable[Mapping[str, Any]]) -> list[NodePool]:
-    """Group node records ({name, labels, taints, allocatable}) into pools (see above)."""
     grouped: dict[tuple[str, str], list[Mapping[str, Any]]] = {}
     for node in nodes:
         labels = node.get("labels") or {}

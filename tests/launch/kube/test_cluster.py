@@ -24,7 +24,8 @@ import pytest
 from surreal_kube.errors import SpecError
 from surreal_kube.launch.kube.apply import create_objects
 from surreal_kube.launch.kube.client import Kube
-from surreal_kube.launch.kube.profile import ClusterProfile, discover_profile, profile_from_dict
+from surreal_kube.launch.kube.cluster import discover_pools
+from surreal_kube.launch.kube.profile import ClusterProfile, profile_from_dict
 from surreal_kube.launch.kube.render import render_experiment
 from tests.launch.kube.specs import IMAGES, MATRIX, endpoint_of_variable, experiment
 
@@ -67,8 +68,8 @@ def test_server_side_dry_run_of_the_matrix(case: str, kube: Kube, kube_namespace
 
 
 def test_discovered_pools_match_the_cluster(kube_cluster: Any) -> None:
-    with kube_cluster.api_client() as api:
-        profile = discover_profile(api)
+    with Kube(kubeconfig=kube_cluster.kubeconfig) as kube:
+        profile = discover_pools(kube)
     pools = {p.name: p for p in profile.pools}
     # the real node joins this cluster once a test of tests/node asked for it (its own pool)
     assert set(pools) - {"real-pool"} == {"cpu-pool", "gpu-pool"}
@@ -87,8 +88,8 @@ def test_discovered_pools_match_the_cluster(kube_cluster: Any) -> None:
 
 
 def test_preflight_refuses_more_gpus_than_the_cluster_has(kube_cluster: Any) -> None:
-    with kube_cluster.api_client() as api:
-        profile = discover_profile(api)
+    with Kube(kubeconfig=kube_cluster.kubeconfig) as kube:
+        profile = discover_pools(kube)
     exp = experiment("eight-agents-batch4-gpu", extra=["agents.batch=1"])  # 8 agent GPUs + learner
     with pytest.raises(SpecError) as err:
         render_experiment(exp, "rl", images=IMAGES, profile=profile)
@@ -136,8 +137,7 @@ def volume_class(kube_cluster: Any) -> Iterator[str]:
 def test_applied_experiment_schedules_wires_and_deletes(
     kube_cluster: Any, kube: Kube, kube_namespace: str, volume_class: str
 ) -> None:
-    with kube_cluster.api_client() as api:
-        discovered = discover_profile(api)
+    discovered = discover_pools(kube)
     profile: ClusterProfile = discovered.model_copy(
         update={
             "experiment_volume": profile_from_dict(
