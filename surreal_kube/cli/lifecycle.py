@@ -240,13 +240,14 @@ def _status_kube(name: str, where: kv.Target, output: str | None) -> None:
 
     from surreal_kube.launch.kube import cluster, naming
     from surreal_kube.launch.kube import progress as kube_progress
-    from surreal_kube.launch.kube.client import POD
 
     kube = kv.connect(where, name)
     # three independent reads at once (the object, its pods, its progress): each is a round
     # trip, and a thousand pods are the longest answer
     with ThreadPoolExecutor(max_workers=2) as pool:
-        pods = pool.submit(kube.list, POD, labels=naming.experiment_selector(name))
+        pods = pool.submit(
+            cluster.list_pods, kube, kube.namespace, naming.experiment_selector(name)
+        )
         record = pool.submit(kube_progress.read, kube, name, kube.namespace)
         found = kv.find(kube, name)
         found.pods = pods.result()

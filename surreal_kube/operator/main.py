@@ -94,6 +94,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     import kopf
 
     from surreal_kube.errors import SurrealKubeError
+    from surreal_kube.launch.kube import slim
     from surreal_kube.launch.kube.client import NODE, Kube
     from surreal_kube.launch.kube.profile import load_profile
     from surreal_kube.operator import handlers, reconcile
@@ -135,7 +136,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     memo.childwatches = handlers.watch_children(memo, watched)
     nodes = config.nodes
     memo.nodewatch = (
-        None if nodes is None else Watcher(kube, NODE, None, nodes.observe, on_list=nodes.replace)
+        None
+        if nodes is None
+        else Watcher(
+            kube,
+            NODE,
+            None,
+            nodes.observe,
+            on_list=nodes.replace,
+            decode=(slim.node_list, slim.node_event),
+        )
     )
     logging.getLogger("surreal_kube.operator").info(
         "watching %s (context %s, server %s)",

@@ -20,9 +20,10 @@ import threading
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from surreal_kube.launch.kube import naming
+from surreal_kube.launch.kube import naming, slim
 from surreal_kube.launch.kube.client import POD, Kube, KubeError, Resource
 from surreal_kube.launch.kube.cluster import list_with_version
+from surreal_kube.launch.kube.slim import Decode
 
 log = logging.getLogger(__name__)
 
@@ -42,7 +43,8 @@ class Watcher:
     on_list: given, it receives each (re)list whole (to replace what a cache held: an object
     deleted during a gap has no DELETED event); else the listed objects come as events of
     type None. metadata_only: the objects come as PartialObjectMetadata (no spec or status),
-    for a watcher that needs names, labels and owners alone.
+    for a watcher that needs names, labels and owners alone. decode: (list page, event line)
+    parsers that keep only the part the handler reads (`launch/kube/slim.py`).
     """
 
     def __init__(
@@ -55,8 +57,10 @@ class Watcher:
         selector: str = "",
         on_list: Callable[[list[dict[str, Any]]], None] | None = None,
         metadata_only: bool = False,
+        decode: tuple[Decode, Decode] | None = None,
     ) -> None:
         self.kube = kube
+        self.decode = decode
         self.metadata_only = metadata_only
         self.resource = resource
         self.selector = selector
@@ -116,6 +120,7 @@ class Watcher:
                         namespace,
                         self.selector,
                         metadata_only=self.metadata_only,
+                        decode=self.decode[0] if self.decode else None,
                     )
                     self._listed(objects)
                 version = self._follow(namespace, version)
@@ -138,6 +143,7 @@ class Watcher:
             timeout=WATCH_SECONDS,
             all_namespaces=namespace is None and self.resource.namespaced,
             metadata_only=self.metadata_only,
+            decode=self.decode[1] if self.decode else None,
         )
         for kind, obj in events:
             if self._stop.is_set():
@@ -152,4 +158,11 @@ class PodWatcher(Watcher):
     """Watch the managed pods of some namespaces (None: all) in one thread each."""
 
     def __init__(self, kube: Kube, namespaces: Sequence[str] | None, on_event: OnEvent) -> None:
-        super().__init__(kube, POD, namespaces, on_event, selector=SELECTOR)
+        super().__init__(
+            kube,
+            POD,
+            namespaces,
+            on_event,
+            selector=SELECTOR,
+            decode=(slim.pod_list, slim.pod_event),
+        )

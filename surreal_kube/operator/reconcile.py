@@ -28,7 +28,7 @@ from surreal_kube.errors import SpecError, SurrealKubeError
 from surreal_kube.experiment.progress import STATE_FINISHED
 from surreal_kube.experiment.resolve import experiment_topology
 from surreal_kube.experiment.spec import Experiment
-from surreal_kube.launch.kube import apply, cluster, naming
+from surreal_kube.launch.kube import apply, cluster, naming, slim
 from surreal_kube.launch.kube import progress as kube_progress
 from surreal_kube.launch.kube.client import (
     EXPERIMENT,
@@ -424,11 +424,13 @@ def refresh(
             return ExperimentStatus.model_validate(new)
         selector = naming.experiment_selector(name)
         if pods is None:
-            found = kube.list(POD, namespace, labels=selector)
+            found = cluster.list_pods(kube, namespace, selector)
         else:
             found = pods.pods(
                 (namespace, name),
-                lambda: cluster.list_with_version(kube, POD, namespace, selector),
+                lambda: cluster.list_with_version(
+                    kube, POD, namespace, selector, decode=slim.pod_list
+                ),
             )
         replacements = dict(old.get("replacements") or {})
         for pod in found:
@@ -443,7 +445,7 @@ def refresh(
                 nodes = held[0]
             else:
                 with contextlib.suppress(ForbiddenError):
-                    nodes = kube.list(NODE)
+                    nodes = kube.list(NODE, decode=slim.node_list)
         status = summarize(
             experiment=name,
             desired=shape.desired,

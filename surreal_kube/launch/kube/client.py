@@ -24,7 +24,7 @@ import json
 import os
 import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote, urlencode
@@ -347,10 +347,12 @@ class Kube:
         timeout: float | None = None,
         what: str | None = None,
         accept: str | None = None,
+        decode: Callable[[bytes], Any] | None = None,
     ) -> Any:
         """One request; the parsed JSON answer (or text), KubeError on any failure.
 
         accept: the Accept header (default JSON), e.g. `METADATA_LIST` for names and labels only.
+        decode: parses the answer instead of `json.loads` (`slim.pod_list`: slim pods).
         """
         resp = self._send(
             method, path, query, body, content_type, timeout, what, stream=False, accept=accept
@@ -359,7 +361,7 @@ class Kube:
         if not data:
             return None
         try:
-            return json.loads(data)
+            return (decode or json.loads)(data)
         except ValueError:
             return data.decode("utf-8", "replace")
 
@@ -509,8 +511,11 @@ class Kube:
         labels: str | Mapping[str, str] | None = None,
         fields: str | None = None,
         all_namespaces: bool = False,
+        decode: Callable[[bytes], Any] | None = None,
     ) -> list[dict[str, Any]]:
-        """Every object of a kind (in the namespace), paging through large lists."""
+        """Every object of a kind (in the namespace), paging through large lists.
+
+        decode: parses each page (`slim.pod_list`, `slim.node_list`: the part we read)."""
         ns = None if all_namespaces else self._ns(res, namespace)
         items: list[dict[str, Any]] = []
         query: dict[str, Any] = {
@@ -519,7 +524,9 @@ class Kube:
             "limit": 500,
         }
         while True:
-            page = self.raw("GET", res.path(ns), query=query, what=f"list {res.plural}")
+            page = self.raw(
+                "GET", res.path(ns), query=query, what=f"list {res.plural}", decode=decode
+            )
             for item in page.get("items", []):
                 item.setdefault("apiVersion", res.api_version)
                 item.setdefault("kind", res.kind)
@@ -642,13 +649,15 @@ class Kube:
         timeout: float = 60.0,
         all_namespaces: bool = False,
         metadata_only: bool = False,
+        decode: Callable[[bytes], Any] | None = None,
     ) -> Iterator[tuple[str, dict[str, Any]]]:
         """(type, object) events until the server ends the watch (about `timeout` seconds).
 
         An ERROR event (410 Gone: `resource_version` is too old to resume from) is raised as the
         matching KubeError. `all_namespaces`: watch the kind in every namespace. metadata_only:
         the objects come as PartialObjectMetadata (apiVersion, kind and metadata), for a
-        watcher that needs no more: the server then sends no spec or status."""
+        watcher that needs no more: the server then sends no spec or status. decode: parses
+        each event line (`slim.pod_event`: the pod slim) instead of `json.loads`."""
         ns = None if all_namespaces else self._ns(res, namespace)
         query = {
             "watch": "true",
@@ -666,7 +675,7 @@ class Kube:
         ):
             if not line.strip():
                 continue
-            event = json.loads(line)
+            event = (decode or json.loads)(line)
             if event.get("type") == "ERROR":
                 status = event.get("object") or {}
                 raise error_from_response(

@@ -35,7 +35,7 @@ from surreal_kube.experiment.resolve import (
 )
 from surreal_kube.experiment.spec import Experiment
 from surreal_kube.experiment.topology import Topology
-from surreal_kube.launch.kube import apply, naming
+from surreal_kube.launch.kube import apply, naming, slim
 from surreal_kube.launch.kube.client import (
     EXPERIMENT,
     METADATA_LIST,
@@ -237,7 +237,7 @@ def discover_pools(kube: Kube, base: ClusterProfile | None = None) -> ClusterPro
     in pages; other settings come from `base`. (The official client's typed node models cost
     seconds for a thousand nodes.)"""
     try:
-        nodes = kube.list(NODE)
+        nodes = kube.list(NODE, decode=slim.node_list)
     except KubeError as exc:
         raise LaunchError(f"cannot list nodes to discover node pools: {exc}") from exc
     return profile_from_nodes(nodes, base)
@@ -452,7 +452,10 @@ def list_found(
         for found in out.values():
             found.pods = []
         managed = f"app.kubernetes.io/managed-by={naming.NAME},{naming.EXPERIMENT_LABEL}"
-        for pod in kube.list(POD, ns, labels=managed, all_namespaces=all_namespaces):
+        listed = kube.list(
+            POD, ns, labels=managed, all_namespaces=all_namespaces, decode=slim.pod_list
+        )
+        for pod in listed:
             meta = pod["metadata"]
             key = (meta.get("namespace") or "", meta["labels"][naming.EXPERIMENT_LABEL])
             if key in out:
@@ -497,14 +500,17 @@ def observe(
     """
     name = exp.metadata.name
     if pods is None:
-        pods = kube.list(POD, namespace, labels=naming.experiment_selector(name))
+        pods = list_pods(kube, namespace, naming.experiment_selector(name))
     nodes = all_pods = None
     if capacity in ("free", "nodes") and unscheduled(pods):
         try:
-            nodes = kube.list(NODE)
+            nodes = kube.list(NODE, decode=slim.node_list)
             if capacity == "free":
                 all_pods = kube.list(
-                    POD, all_namespaces=True, fields="status.phase!=Succeeded,status.phase!=Failed"
+                    POD,
+                    all_namespaces=True,
+                    fields="status.phase!=Succeeded,status.phase!=Failed",
+                    decode=slim.pod_list,
                 )
         except ForbiddenError:
             pass
@@ -676,22 +682,39 @@ def list_with_version(
     selector: str,
     *,
     metadata_only: bool = False,
+    decode: Callable[[bytes], Any] | None = None,
 ) -> tuple[list[dict[str, Any]], str]:
     """Every object of a kind matching `selector` (pages of 500; namespace None: every
     namespace) and the list's resourceVersion, from which a watch continues without missing a
-    change. metadata_only: the objects' metadata alone (PartialObjectMetadata)."""
+    change. metadata_only: the objects' metadata alone (PartialObjectMetadata). decode: parses
+    each page (`slim.pod_list`: slim pods)."""
     query: dict[str, Any] = {"labelSelector": selector, "limit": 500}
     items: list[dict[str, Any]] = []
     accept = METADATA_LIST if metadata_only else None
     while True:
         page = kube.raw(
-            "GET", res.path(namespace), query=query, what=f"list {res.plural}", accept=accept
+            "GET",
+            res.path(namespace),
+            query=query,
+            what=f"list {res.plural}",
+            accept=accept,
+            decode=decode,
         )
         items.extend(page.get("items") or [])
         meta = page.get("metadata") or {}
         if not meta.get("continue"):
             return items, str(meta.get("resourceVersion") or "")
         query["continue"] = meta["continue"]
+
+
+def list_pods(
+    kube: Kube, namespace: str | None, selector: str, *, all_namespaces: bool = False
+) -> list[dict[str, Any]]:
+    """The pods matching `selector`, slim (`status.slim_pod`), decoded as such (`slim.py`)."""
+    listed = kube.list(
+        POD, namespace, labels=selector, all_namespaces=all_namespaces, decode=slim.pod_list
+    )
+    return [slim_pod(p) for p in listed]
 
 
 class PodWatch:
@@ -733,7 +756,9 @@ class PodWatch:
         self._stop.set()
 
     def _list(self) -> str:
-        items, version = list_with_version(self.kube, POD, self.namespace, self.selector)
+        items, version = list_with_version(
+            self.kube, POD, self.namespace, self.selector, decode=slim.pod_list
+        )
         pods = {pod["metadata"]["name"]: slim_pod(pod) for pod in items}
         with self._lock:
             self._pods = pods
@@ -745,8 +770,8 @@ class PodWatch:
         while not self._stop.is_set():
             try:
                 for kind, pod in self.kube.watch(
-                    POD, self.namespace, labels=self.selector,
-                    resource_version=self._version, timeout=self.timeout,
+                    POD, self.namespace, labels=self.selector, resource_version=self._version,
+                    timeout=self.timeout, decode=slim.pod_event,
                 ):  # fmt: skip
                     if self._stop.is_set():
                         return

@@ -15,10 +15,10 @@ import pytest
 import yaml
 
 from surreal_kube.launch.kube.client import NODE, Kube, KubeError, UnreachableError, resource
+from tests.launch.kube.identities import SERVICE_ACCOUNT, bound_token
 
 pytestmark = pytest.mark.cluster
 
-SERVICE_ACCOUNT = resource("v1", "ServiceAccount")
 CONFIG_MAP = resource("v1", "ConfigMap")
 
 
@@ -48,28 +48,8 @@ def kubeconfig(path: Path, cluster: dict[str, Any], user: dict[str, Any]) -> Pat
 @pytest.fixture
 def reader_token(kube_cluster: Any, kube_namespace: str) -> str:
     """A ServiceAccount token that may read its namespace (the `view` ClusterRole)."""
-    with Kube(kubeconfig=kube_cluster.kubeconfig, namespace=kube_namespace) as admin:
-        admin.create({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "r"}})
-        admin.create(
-            {
-                "apiVersion": "rbac.authorization.k8s.io/v1",
-                "kind": "RoleBinding",
-                "metadata": {"name": "r"},
-                "roleRef": {
-                    "apiGroup": "rbac.authorization.k8s.io",
-                    "kind": "ClusterRole",
-                    "name": "view",
-                },
-                "subjects": [{"kind": "ServiceAccount", "name": "r", "namespace": kube_namespace}],
-            }
-        )
-        answer = admin.raw(
-            "POST",
-            SERVICE_ACCOUNT.path(kube_namespace, "r", "token"),
-            body={"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
-                  "spec": {"expirationSeconds": 3600}},
-        )  # fmt: skip
-    return answer["status"]["token"]
+    with Kube(kubeconfig=kube_cluster.kubeconfig) as admin:
+        return bound_token(admin, kube_namespace, "r", "view")
 
 
 def test_client_certificate_files_relative_to_the_kubeconfig(
@@ -103,6 +83,13 @@ def test_tls_is_checked_against_tls_server_name(kube_cluster: Any, tmp_path: Pat
     with Kube(kubeconfig=bad) as kube, pytest.raises(UnreachableError) as err:
         kube.raw("GET", "/version")
     assert "TLS" in str(err.value) and "\n" not in str(err.value)
+    no_ca = {k: v for k, v in cluster.items() if k != "certificate-authority-data"}
+    unknown = kubeconfig(tmp_path / "no-ca", no_ca, user)  # the system's CAs do not know it
+    with Kube(kubeconfig=unknown) as kube, pytest.raises(UnreachableError, match="TLS"):
+        kube.raw("GET", "/version")
+    insecure = kubeconfig(tmp_path / "insecure", {**no_ca, "insecure-skip-tls-verify": True}, user)
+    with Kube(kubeconfig=insecure) as kube:
+        assert kube.raw("GET", "/version")["gitVersion"].startswith("v1.")
 
 
 def test_token_and_token_file(

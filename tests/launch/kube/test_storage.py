@@ -363,27 +363,10 @@ def test_credentials_that_cannot_read_classes_skip_the_check(
 
     from surreal_kube.launch.kube.profile import ExperimentVolume
     from surreal_kube.launch.kube.storage import check_storage
+    from tests.launch.kube.identities import bound_token
 
     ns = kube_namespace
-    kube.create({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "user"}})
-    kube.create(
-        {
-            "apiVersion": "rbac.authorization.k8s.io/v1",
-            "kind": "RoleBinding",
-            "metadata": {"name": "user-edit"},
-            "roleRef": {
-                "apiGroup": "rbac.authorization.k8s.io",
-                "kind": "ClusterRole",
-                "name": "edit",
-            },
-            "subjects": [{"kind": "ServiceAccount", "name": "user", "namespace": ns}],
-        }
-    )
-    token = kube.raw(
-        "POST",
-        f"/api/v1/namespaces/{ns}/serviceaccounts/user/token",
-        body={"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {}},
-    )["status"]["token"]
+    token = bound_token(kube, ns, "user", "edit")
     config = json.loads(Path(kube_cluster.kubeconfig).read_text())
     config["users"] = [{"name": "user", "user": {"token": token}}]
     config["contexts"][0]["context"] = {
