@@ -70,7 +70,7 @@ def login(memo: kopf.Memo, **_: Any) -> kopf.ConnectionInfo | None:
     """Connect kopf the way our own client connects (kubeconfig and context, or in-cluster):
     the same credentials, read once (`launch/kube/kubeconfig.py`)."""
     creds = memo.kube.credentials
-    if creds.context == "in-cluster":
+    if creds.in_cluster:
         return kopf.login_with_service_account(**_)
     auth = creds.authorization()
     scheme, _sep, token = auth.partition(" ") if auth else (None, "", None)

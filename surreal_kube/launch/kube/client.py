@@ -276,11 +276,10 @@ class Kube:
         self._kubeconfig = kubeconfig
         try:
             creds = config.credentials(kubeconfig, context)
+        except config.ContextError as e:
+            raise KubeError(str(e)) from e
         except config.ConfigError as e:
-            if "no context named" in str(e) or "no current context" in str(e):
-                raise KubeError(str(e)) from e
-            where = kubeconfig or os.environ.get("KUBECONFIG") or "~/.kube/config"
-            raise KubeError(f"cannot load the Kubernetes configuration ({where}): {e}") from e
+            raise load_error(kubeconfig, e) from e
         self.credentials = creds
         self.context = creds.context
         self.namespace = namespace or creds.namespace or "default"
@@ -327,7 +326,9 @@ class Kube:
         """The official client's ApiClient for the same cluster and identity, for what needs
         its websocket streams (exec, port-forward); loaded at the first use only."""
         if self._official is None:
-            self._official = official_api_client(self._kubeconfig, self.context)
+            self._official = official_api_client(
+                self._kubeconfig, None if self.credentials.in_cluster else self.context
+            )
         return self._official
 
     def __enter__(self) -> Kube:
@@ -378,10 +379,9 @@ class Kube:
         resp = self._send(
             "GET", path, query, None, None, timeout, what, stream=True, accept=accept
         )
-        raw = resp
         buffer = b""
         try:
-            for chunk in raw.stream(4096, decode_content=True):
+            for chunk in resp.stream(4096, decode_content=True):
                 buffer += chunk
                 while b"\n" in buffer:
                     line, buffer = buffer.split(b"\n", 1)
@@ -393,7 +393,7 @@ class Kube:
                 raise UnreachableError(f"{what or path}: the stream broke: {e}") from e
             raise
         finally:
-            raw.release_conn()
+            resp.release_conn()
 
     def _send(
         self,
@@ -719,15 +719,21 @@ def _query_value(value: Any) -> str:
     return str(value)
 
 
-def official_api_client(kubeconfig: str | os.PathLike[str] | None, context: str) -> Any:
-    """The official client's ApiClient for a context (or the pod's ServiceAccount), for the
+def load_error(kubeconfig: str | os.PathLike[str] | None, exc: Exception) -> KubeError:
+    """One line for configuration that cannot be loaded, naming the file it came from."""
+    where = kubeconfig or os.environ.get("KUBECONFIG") or "~/.kube/config"
+    return KubeError(f"cannot load the Kubernetes configuration ({where}): {exc}")
+
+
+def official_api_client(kubeconfig: str | os.PathLike[str] | None, context: str | None) -> Any:
+    """The official client's ApiClient for a context (None: the pod's ServiceAccount), for the
     calls that need its websocket streams (`pods.exec_in`, port-forward)."""
     from kubernetes import client, config
     from kubernetes.config.config_exception import ConfigException
 
     cfg = client.Configuration()
     try:
-        if context == "in-cluster":
+        if context is None:
             config.load_incluster_config(client_configuration=cfg)
         else:
             config.load_kube_config(
@@ -737,6 +743,5 @@ def official_api_client(kubeconfig: str | os.PathLike[str] | None, context: str)
                 persist_config=False,
             )
     except (ConfigException, OSError, ValueError, TypeError) as e:
-        where = kubeconfig or os.environ.get("KUBECONFIG") or "~/.kube/config"
-        raise KubeError(f"cannot load the Kubernetes configuration ({where}): {e}") from e
+        raise load_error(kubeconfig, e) from e
     return client.ApiClient(cfg)

@@ -457,14 +457,11 @@ def list_found(
         for found in out.values():
             found.pods = []
         managed = f"app.kubernetes.io/managed-by={naming.NAME},{naming.EXPERIMENT_LABEL}"
-        listed = kube.list(
-            POD, ns, labels=managed, all_namespaces=all_namespaces, decode=slim.pod_list
-        )
-        for pod in listed:
+        for pod in list_pods(kube, ns, managed, all_namespaces=all_namespaces):
             meta = pod["metadata"]
             key = (meta.get("namespace") or "", meta["labels"][naming.EXPERIMENT_LABEL])
             if key in out:
-                out[key].pods.append(slim_pod(pod))  # type: ignore[union-attr]
+                out[key].pods.append(pod)  # type: ignore[union-attr]
     return [out[k] for k in sorted(out)]
 
 

@@ -54,6 +54,10 @@ class ConfigError(LaunchError):
     """The kubeconfig (or the pod's ServiceAccount) cannot be used; the message says why."""
 
 
+class ContextError(ConfigError):
+    """The kubeconfig is fine but names no such context (or no current one)."""
+
+
 def default_paths() -> list[Path]:
     """The kubeconfig files kubectl would read: `$KUBECONFIG`'s entries, else ~/.kube/config."""
     env = os.environ.get("KUBECONFIG")
@@ -155,6 +159,8 @@ class Credentials:
     token_file: Path | None = None
     basic: tuple[str, str] | None = None
     exec_plugin: ExecPlugin | None = None
+    in_cluster: bool = False
+    """The pod's ServiceAccount, not a kubeconfig."""
     _file_token: tuple[float, str] | None = field(default=None, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
@@ -266,6 +272,7 @@ def in_cluster() -> Credentials:
     return Credentials(
         server=f"https://{host}:{port}",
         context="in-cluster",
+        in_cluster=True,
         namespace=ns,
         ca_pem=ca_pem,
         token_file=SERVICE_ACCOUNT_DIR / "token",
@@ -276,12 +283,12 @@ def from_kubeconfig(config: KubeConfig, context: str | None = None) -> Credentia
     """The credentials of one context of a merged kubeconfig."""
     name = context or config.current
     if name is None:
-        raise ConfigError("kubeconfig has no current context; pass --context")
+        raise ContextError("kubeconfig has no current context; pass --context")
     ctx = config.contexts.get(name)
     if ctx is None:
         names = ", ".join(sorted(config.contexts)) or "none"
         if context is not None:
-            raise ConfigError(f"kubeconfig has no context named {context!r} (contexts: {names})")
+            raise ContextError(f"kubeconfig has no context named {context!r} (contexts: {names})")
         raise ConfigError(f"the current context {name!r} is not in the kubeconfig ({names})")
     cluster_name = ctx.get("cluster")
     if cluster_name not in config.clusters:

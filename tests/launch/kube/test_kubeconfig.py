@@ -261,9 +261,11 @@ def test_in_cluster_when_no_kubeconfig(tmp_path: Path, monkeypatch: pytest.Monke
         "team-a",
     )
     assert creds.ca_pem == b"POD-CA" and creds.authorization() == "Bearer pod-token"
-    # a kubeconfig present wins, as for kubectl
-    write(tmp_path / ".kube" / "config", config("c", {"server": "https://x"}, {}))
-    assert kc.credentials().context == "c"
+    assert creds.in_cluster
+    # a kubeconfig present wins, as for kubectl, even with a context named like the pod's
+    write(tmp_path / ".kube" / "config", config("in-cluster", {"server": "https://x"}, {}))
+    from_file = kc.credentials()
+    assert from_file.context == "in-cluster" and not from_file.in_cluster
 
 
 def test_the_cli_does_not_import_the_official_client(tmp_path: Path) -> None:
