@@ -316,6 +316,10 @@ class Prefetcher:
         self.on_policy = on_policy
         self._wanted = False
         """On-policy: the learner waits in `get()` for a batch it has not been sent."""
+        self._demand = threading.Lock()
+        """Orders `get()` finding the queue empty against the thread queueing a batch, so a
+        demand is either met by that batch or raised after it was handed out, never both: a
+        wake-up read after its batch was taken asked for a second batch ahead (CI, under load)."""
         self._wake_r, self._wake_w = os.pipe()
         """`get()` wakes the thread from its poll through this pipe (on-policy)."""
         os.set_blocking(self._wake_w, False)
@@ -361,9 +365,13 @@ class Prefetcher:
 
     def get(self, timeout: float | None = None) -> wire.Message | None:
         """The next batch message, or None after `timeout` seconds (None: wait forever)."""
-        if self.on_policy and self._queue.empty() and self._wake_w >= 0:
-            with contextlib.suppress(BlockingIOError):  # full of wake-ups already
-                os.write(self._wake_w, b"w")
+        if self.on_policy:
+            with self._demand:
+                wake = self._queue.empty() and self._wake_w >= 0
+                self._wanted = self._wanted or wake
+            if wake:
+                with contextlib.suppress(BlockingIOError):  # full of wake-ups already
+                    os.write(self._wake_w, b"w")
         try:
             return self._queue.get(timeout=timeout)
         except queue.Empty:
@@ -381,8 +389,7 @@ class Prefetcher:
                 self._request_more(sock)
                 ready = dict(poller.poll(100))
                 if self._wake_r in ready:
-                    os.read(self._wake_r, 4096)
-                    self._wanted = self.on_policy and self._queue.empty()
+                    os.read(self._wake_r, 4096)  # the demand itself is `_wanted`
                 if sock not in ready:
                     continue
                 frames = sock.recv_multipart(copy=False)
@@ -398,17 +405,30 @@ class Prefetcher:
                 rid = msg.meta.get("id")
                 if isinstance(rid, int):
                     self._in_flight.pop(rid, None)
-                self._wanted = False
                 self.received += 1
                 self.bytes += msg.nbytes
-                while not self._stop.is_set():
-                    try:
-                        self._queue.put(msg, timeout=0.1)
-                        break
-                    except queue.Full:
-                        continue
+                self._hand_over(msg)
         finally:
             sock.close(0)
+
+    def _hand_over(self, msg: wire.Message) -> None:
+        """Queue a batch for `get()`; on-policy it meets the demand that asked for it."""
+        while not self.on_policy and not self._stop.is_set():
+            try:
+                self._queue.put(msg, timeout=0.1)
+                return
+            except queue.Full:
+                continue
+        while not self._stop.is_set():  # on-policy nothing is asked ahead: room is the rule
+            with self._demand:
+                try:
+                    self._queue.put_nowait(msg)
+                except queue.Full:
+                    pass
+                else:
+                    self._wanted = False
+                    return
+            time.sleep(0.01)
 
     def _request_more(self, sock: zmq.Socket) -> None:
         now = time.monotonic()

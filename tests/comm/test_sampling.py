@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from collections.abc import Iterator
@@ -205,6 +206,29 @@ def test_an_on_policy_prefetcher_asks_for_a_batch_only_when_the_learner_wants_on
             assert prefetcher.get(timeout=5) is not None
             # the learner learns: nothing is asked for meanwhile
             assert _wait_request(shard, timeout=0.5) is None, "asked for a batch ahead"
+    finally:
+        prefetcher.close()
+        shard.close()
+
+
+def test_a_wake_up_read_after_its_batch_was_taken_asks_for_nothing(broker):
+    """CI, under load: `get()` found the queue empty and woke the thread, the batch arrived
+    before the thread read the wake-up, the learner took it, and the late wake-up, finding the
+    queue empty again, sent a request ahead. The wake-up below is that late one, written after
+    the batch was handed out."""
+    shard = SampleServer(broker.back, wait_connected=5.0)
+    prefetcher = Prefetcher(broker.front, batch_size=8, on_policy=True).start()
+    try:
+        shard.give_credit(8)
+        prefetcher.version = 0
+        assert prefetcher.get(timeout=0.05) is None
+        req = _wait_request(shard)
+        assert req is not None, "no request while the learner waits"
+        client, size, meta = req
+        shard.reply(client, {"id": meta["id"], "shard": 0}, _batch(0, size))
+        assert prefetcher.get(timeout=5) is not None
+        os.write(prefetcher._wake_w, b"w")
+        assert _wait_request(shard, timeout=0.5) is None, "a late wake-up asked for a batch ahead"
     finally:
         prefetcher.close()
         shard.close()
