@@ -555,38 +555,45 @@ def summarize(
     eval_return: float | None = None
     learner_state: str | None = None
     learner_failure: str | None = None
-    pods = [p for p in pods if (p["metadata"].get("labels") or {}).get(COMPONENT_LABEL) in desired]
-    live_keys = {process_key(p) for p in pods if pod_phase(p) not in ("Failed", "Succeeded")}
+    # each pod's group, phase, failure and process key, read once: at 10,000 agents a status
+    # refresh runs this over 1,022 pods about once a second while the cluster creates them
+    rows: list[tuple[str, str, str, bool, str, Mapping[str, Any]]] = []
+    for pod in pods:
+        meta = pod["metadata"]
+        group = (meta.get("labels") or {}).get(COMPONENT_LABEL)
+        if group not in desired:
+            continue
+        phase = pod_phase(pod)
+        failed = phase == "Failed" or (pod.get("status") or {}).get("phase") == "Failed"
+        rows.append((meta["name"], group, phase, failed, process_key(pod), pod))
+    rows.sort(key=lambda row: row[0])
+    live_keys = {key for _, _, phase, _, key, _ in rows if phase not in ("Failed", "Succeeded")}
     counted: dict[str, int] = {k: int(v.get("count", 0)) for k, v in replacements.items()}
-    for pod in pods:  # failed pods nobody counted yet (no operator): count what is visible
-        if failure_seen(pod) and count_replacement(replacements, pod) is not None:
-            k = process_key(pod)
-            if k not in replacements:
-                counted[k] = counted.get(k, 0) + 1
-    for pod in sorted(pods, key=lambda p: p["metadata"]["name"]):
-        group = (pod["metadata"].get("labels") or {})[COMPONENT_LABEL]
-        name = pod["metadata"]["name"]
-        key = process_key(pod)
-        if failure_seen(pod) and key in live_keys:
+    for _, _, _, failed, key, pod in rows:  # failed pods nobody counted yet (no operator)
+        if failed and key not in replacements and count_replacement(replacements, pod):
+            counted[key] = counted.get(key, 0) + 1
+    ready_in, restarts_in = dict.fromkeys(desired, 0), dict.fromkeys(desired, 0)
+    pending_in: dict[str, dict[str, str]] = {g: {} for g in desired}
+    for name, group, phase, failed, key, pod in rows:
+        if failed and key in live_keys:
             continue  # an old failed pod whose replacement runs: counted, not shown
-        restarts = container_restarts(pod) + counted.get(key, 0)
-        ready = pod_phase(pod) == "Running" and pod_ready(pod)
+        own = container_restarts(pod)
+        ready = phase == "Running" and pod_ready(pod)
         reason = None if ready else pending_reason(pod, nodes, free)
         processes[name] = ProcessStatus(
             pod=name,
-            phase=pod_phase(pod),
+            phase=phase,
             ready=ready,
-            restarts=restarts,
+            restarts=own + counted.get(key, 0),
             node=(pod.get("spec") or {}).get("nodeName"),
             reason=reason,
         )
-        if group == learner_group and learner_failure is None and not failure_seen(pod):
+        if group == learner_group and learner_failure is None and not failed:
             learner_failure = crash_looping(pod, learner_max_restarts)
-        comp = components[group]
-        comp.ready += int(ready)
-        comp.restarts += container_restarts(pod)
+        ready_in[group] += ready  # counted here, set on the models once below
+        restarts_in[group] += own
         if reason:
-            comp.pending[name] = reason
+            pending_in[group][name] = reason
         reported = reported_progress(pod)
         record = progress_keys.from_mapping(reported) if reported else None
         if record and group == learner_group:
@@ -600,7 +607,13 @@ def summarize(
     for key, count in counted.items():
         group = _group_of_key(experiment, key, components)
         if group:
-            components[group].restarts += count
+            restarts_in[group] += count
+    for group, comp in components.items():
+        comp.ready, comp.restarts, comp.pending = (
+            ready_in[group],
+            restarts_in[group],
+            pending_in[group],
+        )
     for comp in components.values():
         if len(comp.pending) > MAX_PENDING_SHOWN:
             shown = dict(list(comp.pending.items())[:MAX_PENDING_SHOWN])
