@@ -311,7 +311,7 @@ def plan_create(
         from surreal_kube.launch.kube.storage import check_storage
 
         check_storage(kube, (prof or ClusterProfile()).experiment_volume, exp.metadata.name)
-    plan = make_plan(exp, kube.namespace, profile=prof, images=images)
+    plan = make_plan(exp, kube.namespace, profile=prof, images=images, render=not via_operator)
     plan.via_operator = via_operator
     plan.profile_choice = profile
     return plan

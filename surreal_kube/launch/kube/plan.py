@@ -87,6 +87,7 @@ def make_plan(
     profile: ClusterProfile | None,
     images: ImageChooser | Mapping[str, str] | None = None,
     owner: Mapping[str, Any] | None = None,
+    render: bool = True,
 ) -> Plan:
     """Topology, placement, images and objects of `exp`, each computed once.
 
@@ -99,6 +100,9 @@ def make_plan(
             chosen; keys left without one get the spec's prebuilt image or its build's
             content-hash tag (which needs the build context, as `render` does).
         owner: the root object ({apiVersion, kind, name, uid}); None: the ConfigMap is the root.
+        render: False: no objects (`objects` is empty). `create` through the operator sends the
+            spec and the operator renders this same plan; rendering it here as well was a
+            quarter of a second before the `Experiment` left, with the cluster idle meanwhile.
 
     Raises SpecError (cannot be placed, bad image key) or LaunchError before anything is applied.
     """
@@ -116,14 +120,18 @@ def make_plan(
 
         chosen.update(planned_references(exp, keys=missing, registry=prof.registry))
     pinned = pin_images(exp, chosen)  # images are not part of the topology: it stays valid
-    objects = render_experiment(
-        pinned,
-        namespace,
-        owner=owner,
-        images=chosen,
-        profile=prof,
-        topology=topology,
-        placements=placements,
+    objects = (
+        render_experiment(
+            pinned,
+            namespace,
+            owner=owner,
+            images=chosen,
+            profile=prof,
+            topology=topology,
+            placements=placements,
+        )
+        if render
+        else []
     )
     return Plan(
         exp=pinned,

@@ -232,7 +232,7 @@ def test_the_crd_validates_spec_profile_as_a_profile() -> None:
 
 
 @pytest.mark.cluster
-def test_a_create_through_the_operator_plans_once_here_and_once_in_the_operator(
+def test_a_create_through_the_operator_plans_once_here_and_renders_only_in_the_operator(
     kube_cluster: Any,
     kube_namespace: str,
     calls: collections.Counter[str],
@@ -250,12 +250,9 @@ def test_a_create_through_the_operator_plans_once_here_and_once_in_the_operator(
     code, _, err = cli([*argv, *TINY, "--no-wait"])
     assert code == 0, err
     assert "through the operator" in err
-    assert calls == {
-        "make_plan": 1,
-        "experiment_topology": 1,
-        "resolve_images": 1,
-        "render_text": 1,
-    }
+    # placed and its images chosen here (pre-flight), rendered only by the operator: a render
+    # here was a quarter of a second at 10,000 agents before the Experiment left
+    assert calls == {"make_plan": 1, "experiment_topology": 1, "resolve_images": 1}
     # the operator's reconcile of what the CLI applied: one plan, rendered once, with the
     # CLI's profile (its own says otherwise)
     calls.clear()
