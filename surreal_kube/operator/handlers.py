@@ -104,12 +104,24 @@ def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     settings.execution.max_workers = 8
 
 
-def apply_spec(body: kopf.Body, memo: kopf.Memo, logger: kopf.Logger, **_: Any) -> None:
-    """Render and apply the experiment (create, spec edit, operator start)."""
+def apply_spec(
+    body: kopf.Body, memo: kopf.Memo, logger: kopf.Logger, reason: str | None = None, **_: Any
+) -> None:
+    """Render and apply the experiment (create, spec edit, operator start).
+
+    A create whose objects are already applied at this generation is not applied again: kopf
+    marks an object handled only after its create handler returns, and in some creates of
+    10,000 agents it ran the create a second time for the same generation (0.3 s after the
+    first returned, from an event of the first's own status write): 22 server-side applies and
+    4 lists again while the cluster was creating a thousand pods.
+    """
     obj = plain(body)
     meta = obj["metadata"]
     if reconcile.is_failed(obj):
         logger.info("experiment is Failed; not applying (delete and recreate it to retry)")
+        return
+    if reason == "create" and reconcile.applied_generation(obj) == meta.get("generation"):
+        logger.info("already applied at generation %s; not applying again", meta.get("generation"))
         return
     try:
         pruned = reconcile.apply_experiment(memo.kube, obj, memo.config)
@@ -144,6 +156,7 @@ def _refuse(memo: kopf.Memo, obj: Mapping[str, Any], reason: str, message: str) 
 def start_resync(memo: kopf.Memo, **_: Any) -> None:
     """Operator start: begin the pod, node and children's watches and the periodic resync
     (recreate what disappeared, refresh status)."""
+    reconcile.warm_up()
     memo.podwatch.start()
     for watcher in memo.get("childwatches") or []:
         watcher.start()

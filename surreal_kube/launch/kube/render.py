@@ -139,6 +139,15 @@ def _environment() -> Any:
     return env
 
 
+def compile_templates() -> None:
+    """Compile every template now (jinja keeps them in the process): a long-running operator
+    calls this at its start, so its first create does not wait 0.15-0.3 s for the compiler
+    while the cluster has nothing to do yet."""
+    env = _environment()
+    for name in env.list_templates():
+        env.get_template(name)
+
+
 def _load_all(text: str) -> list[dict[str, Any]]:
     loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # same safe semantics, in C
     return [doc for doc in yaml.load_all(text, Loader=loader) if doc]
