@@ -81,6 +81,8 @@ CODE = Path(os.environ.get("SCALE_BENCH_CODE") or ROOT).resolve()
 figures before a change in the same way; its results go to scale-baseline.json."""
 NAME = "scale" if CODE == ROOT else "scale-baseline"
 SERVICE_ACCOUNT = resource("v1", "ServiceAccount")
+NODE = resource("v1", "Node")
+NOT_READY_TAINTS = ("node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable")
 
 
 @dataclass(frozen=True)
@@ -332,6 +334,35 @@ class Bench:
             time.sleep(0.2)
         return name
 
+    def settled(self, timeout: float = 180.0) -> None:
+        """Until every node is Ready and untainted twice in a row, 2 s apart.
+
+        On a loaded machine kwok's node leases lapse: nodes go NotReady, get the not-ready
+        taint, and a create that starts then waits for them, whoever makes it. Each create
+        starts with every node Ready. (In two runs of 2026-12-02 some creates of either path had
+        their first pod Running at 9.6-16.7 s instead of 0.7-2.3 s; in the run after this check
+        came in, every node was Ready before every create: that delay has another cause.)
+        """
+        deadline = time.monotonic() + timeout
+        calm = 0
+        while calm < 2:
+            nodes = self.kube.list(NODE)
+            unready = [
+                n["metadata"]["name"]
+                for n in nodes
+                if any(t.get("key") in NOT_READY_TAINTS for t in n["spec"].get("taints") or [])
+                or not any(
+                    c.get("type") == "Ready" and c.get("status") == "True"
+                    for c in (n.get("status") or {}).get("conditions") or []
+                )
+            ]
+            calm = 0 if unready else calm + 1
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{len(unready)} nodes not Ready after {timeout:.0f} s")
+            if calm < 2:
+                time.sleep(2)
+        say(f"cluster settled: {len(nodes)} nodes Ready")
+
     def watch(self, namespace: str, expected: int, start: float) -> RunningPods:
         return RunningPods(self.cp.kubeconfig, namespace, expected, start)
 
@@ -399,6 +430,7 @@ def measure_kubectl(b: Bench, manifest: Path, expected: int, ref: Reference, tag
     ns = "scale-kubectl"  # the manifests name it; the first run made it and left it empty
     if not tag:
         b.namespace(ns)
+    b.settled()
     start = time.monotonic()
     watch = b.watch(ns, expected, start)
     b.kubectl("apply", "--server-side", "-n", ns, "-f", str(manifest))
@@ -439,6 +471,7 @@ def measure_ours(
     """One create, timed until every pod runs: (all Running, the command's return), in s.
     Through the operator the rows are added by the caller, from both of its creates."""
     label = "CLI --direct" if direct else "operator"
+    b.settled()
     start = time.monotonic()
     cpu = cpu_now(operator_pid)
     watch = b.watch(ns, expected, start)
