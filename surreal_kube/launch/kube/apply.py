@@ -96,7 +96,7 @@ def apply_objects(
         return int((objs[i].get("spec") or {}).get("replicas") or 1)
 
     first = [i for i, o in enumerate(objs) if o.get("kind") in POD_NEEDS]
-    rest = [i for i in range(len(objs)) if i not in set(first)]
+    rest = [i for i, o in enumerate(objs) if o.get("kind") not in POD_NEEDS]
     waves = [first, sorted(rest, key=lambda i: -replicas(i))]
 
     def one(i: int) -> None:

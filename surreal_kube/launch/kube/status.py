@@ -563,9 +563,7 @@ def summarize(
         group = (meta.get("labels") or {}).get(COMPONENT_LABEL)
         if group not in desired:
             continue
-        phase = pod_phase(pod)
-        failed = phase == "Failed" or (pod.get("status") or {}).get("phase") == "Failed"
-        rows.append((meta["name"], group, phase, failed, process_key(pod), pod))
+        rows.append((meta["name"], group, pod_phase(pod), failure_seen(pod), process_key(pod), pod))
     rows.sort(key=lambda row: row[0])
     live_keys = {key for _, _, phase, _, key, _ in rows if phase not in ("Failed", "Succeeded")}
     counted: dict[str, int] = {k: int(v.get("count", 0)) for k, v in replacements.items()}
@@ -614,7 +612,6 @@ def summarize(
             restarts_in[group],
             pending_in[group],
         )
-    for comp in components.values():
         if len(comp.pending) > MAX_PENDING_SHOWN:
             shown = dict(list(comp.pending.items())[:MAX_PENDING_SHOWN])
             shown["..."] = f"and {len(comp.pending) - MAX_PENDING_SHOWN} more"
