@@ -39,6 +39,10 @@ MAX_ARRAYS = 4096
 MAX_NDIM = 32
 DEFAULT_MAX_BYTES = 1 << 31
 """Default cap on the total payload of one message (2 GiB); receivers may lower it."""
+MAX_ELEMENTS = DEFAULT_MAX_BYTES
+"""Bound on every dimension and on the product of the non-zero ones. A shape like
+`[0, 2**62, 2**62]` holds no bytes, so the size check passes, yet numpy refuses to build it
+(`ValueError`, which took down every receiver): the bound is on the shape, zeros or not."""
 
 ArrayDict = dict[str, np.ndarray]
 """As `surreal_kube.rl.interfaces.ArrayDict`, restated so that comm depends on nothing above."""
@@ -184,10 +188,14 @@ def decode_header(frame: Any) -> dict[str, Any]:
 
 def _shape(value: Any) -> tuple[int, ...]:
     if not isinstance(value, list) or len(value) > MAX_NDIM:
-        raise WireError("bad-shape", f"shape {value!r}")
+        raise WireError("bad-shape", f"shape {str(value)[:80]}")
+    elements = 1
     for dim in value:
-        if not isinstance(dim, int) or isinstance(dim, bool) or dim < 0:
-            raise WireError("bad-shape", f"shape {value!r}")
+        if not isinstance(dim, int) or isinstance(dim, bool) or not 0 <= dim <= MAX_ELEMENTS:
+            raise WireError("bad-shape", f"shape {str(value)[:80]}")
+        elements *= max(dim, 1)
+        if elements > MAX_ELEMENTS:
+            raise WireError("bad-shape", f"shape {str(value)[:80]} has too many elements")
     return tuple(value)
 
 
@@ -257,8 +265,19 @@ def decode(
 
     `expect`: the kinds this receiver accepts; anything else is a `WireError("bad-kind")`.
     `max_bytes`: the largest payload accepted. Arrays are writable views over the frames; `meta`
-    is the receiver's own (shallow) copy.
+    is the receiver's own (shallow) copy. It returns or raises `WireError`, nothing else: an
+    error the checks did not foresee is a `WireError("malformed")` too, so a receiver counts it
+    instead of dying of it.
     """
+    try:
+        return _decode(frames, expect, max_bytes)
+    except WireError:
+        raise
+    except Exception as exc:  # a check we missed must cost one message, not the receiver
+        raise WireError("malformed", f"{type(exc).__name__}: {str(exc)[:200]}") from exc
+
+
+def _decode(frames: Sequence[Any], expect: Iterable[str] | None, max_bytes: int) -> Message:
     if not frames:
         raise WireError("truncated", "no frames")
     layout = _cached_layout(frames[0])

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import math
 import pickle
 
 import msgpack
 import numpy as np
 import pytest
 import zmq
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from surreal_kube.comm import wire
@@ -109,7 +110,7 @@ def _header(**fields) -> bytes:
         ([_header(a=[["x", "|O", [1]]]), b"12345678"], "bad-dtype"),
         ([_header(a=[["x", "V8", [1]]]), b"12345678"], "bad-dtype"),
         ([_header(a=[["x", "<f4", [-1]]]), b""], "bad-shape"),
-        ([_header(a=[["x", "<f4", [2**62, 2**62]]]), b""], "bad-size"),
+        ([_header(a=[["x", "<f4", [2**62, 2**62]]]), b""], "bad-shape"),
         ([_header(a=[["x", "<f4", "2"]]), b"1234"], "bad-shape"),
         ([_header(a=[["x", "<f4", [1]], ["x", "<f4", [1]]]), b"1234", b"1234"], "bad-header"),
         ([_header(a=[["x", "<f4"]]), b"1234"], "bad-header"),
@@ -215,3 +216,88 @@ def test_header_without_meta_or_arrays_is_an_empty_message():
     """Found by the fuzzer: a header lacking "m" must not crash the decoder."""
     msg = wire.decode([msgpack.packb({"v": wire.PROTOCOL_VERSION, "k": "exp"})])
     assert msg.meta == {} and msg.arrays == {}
+
+
+@pytest.mark.parametrize(
+    "shape",
+    [
+        [0, 2**62, 2**62],  # zero elements, but numpy refuses the shape: ValueError before
+        [2**62, 0],
+        [0, 2**40],
+        [0] + [2**20] * 8,
+        [2**33],
+    ],
+)
+def test_a_zero_sized_dimension_beside_huge_ones_is_a_wire_error(shape):
+    """The size check passed (0 bytes, empty frame) and numpy raised ValueError: receivers died."""
+    frames = [_header(a=[["x", "<f4", shape]]), b""]
+    with pytest.raises(wire.WireError) as err:
+        wire.decode(frames)
+    assert err.value.reason == "bad-shape"
+    rejects = wire.Rejects()
+    assert wire.try_decode(frames, rejects) is None
+    assert rejects.counts["bad-shape"] == 1
+
+
+def test_a_zero_sized_array_of_sane_shape_still_travels():
+    msg = wire.decode(wire.encode("exp", {}, {"x": np.zeros((0, 3, 4), np.float32)}))
+    assert msg.arrays["x"].shape == (0, 3, 4)
+
+
+_INTS = st.integers(-(2**63), 2**63 - 1)  # what msgpack can carry
+_DIMS = st.one_of(
+    st.integers(0, 4),
+    st.integers(0, 2**64 - 1),
+    st.sampled_from([0, 1, 2**31, 2**32, 2**62, 2**63, 2**64 - 1]),
+)
+_SPECS = st.lists(
+    st.tuples(
+        st.one_of(st.text(max_size=4), _INTS, st.none()),
+        st.one_of(
+            st.sampled_from(["<f4", "|u1", "<i8", "|b1", "<c16", "|O", "S3", "<M8"]),
+            st.text(max_size=4),
+        ),
+        st.one_of(st.lists(_DIMS, max_size=wire.MAX_NDIM + 2), _INTS, st.text(max_size=3)),
+    ).map(list),
+    max_size=4,
+)
+
+
+def _fitting_payload(spec: list, data: st.DataObject | None) -> bytes:
+    """Bytes of the size the spec asks for, where that can be known and is small."""
+    _, dtype, shape = spec
+    size = -1
+    if isinstance(shape, list) and dtype in ("<f4", "|u1", "<i8", "|b1", "<c16"):
+        size = math.prod(shape) * np.dtype(dtype).itemsize
+    if 0 <= size <= 256 and (data is None or data.draw(st.booleans())):
+        return bytes(size)
+    return b"" if data is None else data.draw(st.binary(max_size=48))
+
+
+@given(
+    data=st.data(),
+    specs=_SPECS,
+    kind=st.one_of(st.just("exp"), st.text(max_size=3), _INTS),
+    meta=st.one_of(st.none(), st.dictionaries(st.text(max_size=3), _INTS, max_size=3), _INTS),
+    version=st.sampled_from([wire.PROTOCOL_VERSION, wire.PROTOCOL_VERSION, 0, None]),
+)
+@example(  # the crash of the review, kept as a fixed case
+    data=None, specs=[["x", "<f4", [0, 2**62, 2**62]]], kind="exp", meta={}, version=1
+)
+@settings(max_examples=500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+def test_decode_of_any_header_and_frames_returns_or_raises_wire_error(
+    data, specs, kind, meta, version
+):
+    """Random headers (shapes with huge and zero dimensions, odd dtypes and names) and frames,
+    mostly one per array and often of the size asked for: `decode` returns a consistent message
+    or raises WireError, nothing else."""
+    header = msgpack.packb({"v": version, "k": kind, "m": meta, "a": specs})
+    payloads = [_fitting_payload(spec, data) for spec in specs]
+    if data is not None and data.draw(st.integers(0, 4)) == 0:
+        payloads.append(data.draw(st.binary(max_size=8)))
+    try:
+        msg = wire.decode([header, *payloads])
+    except wire.WireError:
+        return
+    for array in msg.arrays.values():
+        assert array.nbytes == math.prod(array.shape) * array.dtype.itemsize
