@@ -6,7 +6,9 @@ On start the learner restores the newest checkpoint of `<experiment>/checkpoints
 if there is one (iteration and optimizer state included), so a restarted learner resumes where it
 left off, and publishes its parameters at once so that agents never wait for a first update.
 Checkpoints follow `session.checkpoint` (every `period` iterations, at least `minIntervalSeconds`
-apart, newest `keepHistory` kept) and one more is written on SIGTERM.
+apart, newest `keepHistory` kept) and one more is written on SIGTERM. A checkpoint that does not
+load is set aside and the previous one restored; a save on a full disk is skipped and retried
+(session/checkpoint.py): both are counted under `checkpoint/` in TensorBoard and the progress file.
 
 Best policies (`keepBest`): the learner keeps the parameters of its recent publications in
 memory; when an evaluator reports a score for parameter version V (its progress file, when the
@@ -304,6 +306,8 @@ class LearnerRole(RoleBase):
                 "learner/iteration": self.learner.iteration,
                 "learner/published_iteration": self._published_iteration,
                 "learner/global_env_steps": self.global_env_steps,
+                "checkpoint/skipped_saves": self.checkpoint.skipped,
+                "checkpoint/set_aside": len(self.checkpoint.set_aside),
                 **self._lag_report(),
                 **{f"replay/{k}": v for k, v in replay.items()},
             }
@@ -336,6 +340,11 @@ class LearnerRole(RoleBase):
                 "sample_wait_seconds": round(self.wait_seconds, 3),
                 "resumed_from_iteration": self.resumed_from,
                 "global_env_steps": self.global_env_steps,
+                "checkpoint": {
+                    "skipped_saves": self.checkpoint.skipped,
+                    "last_error": self.checkpoint.last_error,
+                    "set_aside": self.checkpoint.set_aside,
+                },
                 "policy_lag": {
                     **self.last_lag,
                     "mean_all": self.lag_total["sum"] / lag_n if lag_n else None,
@@ -379,7 +388,10 @@ class LearnerRole(RoleBase):
         import torch
 
         state = {k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in params.items()}
-        self.best.save(state, version, score=score, extra={"parameter_version": version})
+        try:
+            self.best.save(state, version, score=score, extra={"parameter_version": version})
+        except OSError as exc:  # a full disk: the next better score is saved once there is room
+            log.warning("best policy of version %d (score %.1f) not saved: %s", version, score, exc)
 
     def close(self) -> None:
         """Checkpoint and publish once more, then close everything."""
@@ -398,7 +410,10 @@ class LearnerRole(RoleBase):
                     extra={"global_env_steps": self.global_env_steps},
                     force=True,
                 )
-                log.info("checkpoint written: %s", path)
+                if path is None:
+                    log.error("last checkpoint not written: %s", self.checkpoint.last_error)
+                else:
+                    log.info("checkpoint written: %s", path)
         finally:
             self.progress.update(iteration=self.learner.iteration)
             self.progress.write("stopped", "")

@@ -6,11 +6,19 @@ to a temporary name in the same folder, fsynced and renamed over its final name:
 leaves the previous checkpoints intact and at worst a stray temporary file, which the next run
 removes. Which files exist is also recorded in an index (`<name>.index.json`, written the same
 way); if the index is lost or stale, it is rebuilt from the files themselves.
+
+Faults a run must survive: a checkpoint that does not load (truncated by a dying disk, overwritten,
+not ours) is set aside as `<file>.corrupt` (kept for a post-mortem, logged, counted in
+`set_aside`) and restore falls back to the next older one, so one bad file never makes a learner
+restart-loop while a good one is kept. A periodic save that hits a full disk (or any OSError) is
+skipped, logged once per fault and counted in `skipped`, and tried again `retry_interval` seconds
+later: the run goes on learning and checkpoints again once space is back.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
 import tempfile
@@ -24,11 +32,25 @@ import torch
 
 from surreal_kube.errors import SurrealKubeError
 
+log = logging.getLogger(__name__)
+
 FORMAT = 1
+CORRUPT_SUFFIX = ".corrupt"
+"""Appended to the name of a checkpoint that does not load (no longer matched as a checkpoint)."""
+RETRY_INTERVAL = 10.0
+"""Seconds before a periodic save that failed (a full disk) is tried again."""
 
 
 class CheckpointError(SurrealKubeError):
-    """No checkpoint matches a restore request, or a checkpoint file is unreadable."""
+    """No checkpoint matches a restore request, or a checkpoint file is unreadable.
+
+    `corrupt` is True when the file itself is bad (it was read but is not a checkpoint), False
+    for an I/O error or a missing file, which may pass and is no reason to set the file aside.
+    """
+
+    def __init__(self, message: str, *, corrupt: bool = False) -> None:
+        super().__init__(message)
+        self.corrupt = corrupt
 
 
 @dataclass(frozen=True)
@@ -123,6 +145,8 @@ class Checkpoint:
         self.keep_best = keep_best
         self._pattern = re.compile(rf"{re.escape(name)}\.(\d+)\.ckpt")
         self._entries: dict[int, CheckpointInfo] = {}
+        self.set_aside: list[str] = []
+        """Files found not to load, renamed `<file>.corrupt` (by this instance)."""
         self._remove_stale_temps()
         self._load_index()
 
@@ -162,7 +186,9 @@ class Checkpoint:
             if steps not in entries:
                 try:
                     meta = self._read(path).meta
-                except CheckpointError:
+                except CheckpointError as exc:
+                    if exc.corrupt:
+                        self._set_aside(path, exc)
                     continue
                 entries[steps] = CheckpointInfo(
                     steps, meta.get("score"), meta.get("time", 0.0), path.name
@@ -176,7 +202,21 @@ class Checkpoint:
             ]
         }
         payload = json.dumps(data, indent=1).encode()
-        atomic_write(self.index_path, lambda f: f.write(payload))
+        try:
+            atomic_write(self.index_path, lambda f: f.write(payload))
+        except OSError as exc:  # the files are the truth: a stale index is rebuilt from them
+            log.warning("cannot write the checkpoint index %s: %s", self.index_path, exc)
+
+    def _set_aside(self, path: Path, exc: CheckpointError) -> None:
+        """Rename a checkpoint that does not load out of the series (see the module docstring)."""
+        target = path.with_name(path.name + CORRUPT_SUFFIX)
+        try:
+            os.replace(path, target)
+            where = f"set aside as {target.name}"
+        except OSError as err:
+            where = f"left in place, cannot rename it: {err}"
+        self.set_aside.append(path.name)
+        log.warning("checkpoint %s does not load (%s); %s", path.name, exc, where)
 
     # -- listing ---------------------------------------------------------------------------------
 
@@ -242,10 +282,12 @@ class Checkpoint:
     def _read(self, path: Path, map_location: str | torch.device = "cpu") -> Loaded:
         try:
             payload = torch.load(path, map_location=map_location, weights_only=True)
+        except (OSError, MemoryError) as exc:  # the disk or this machine, maybe not the file
+            raise CheckpointError(f"cannot read checkpoint {path}: {exc}") from exc
         except Exception as exc:
-            raise CheckpointError(f"cannot load checkpoint {path}: {exc}") from exc
+            raise CheckpointError(f"cannot load checkpoint {path}: {exc}", corrupt=True) from exc
         if not isinstance(payload, dict) or "meta" not in payload or "state" not in payload:
-            raise CheckpointError(f"{path} is not a surreal-kube checkpoint")
+            raise CheckpointError(f"{path} is not a surreal-kube checkpoint", corrupt=True)
         return Loaded(payload["state"], payload["meta"], path)
 
     def restore(
@@ -276,8 +318,32 @@ class Checkpoint:
         return self._read(self.folder / listing[target].file, map_location)
 
     def restore_latest(self, map_location: str | torch.device = "cpu") -> Loaded | None:
-        """The newest checkpoint, or None when there is none (a fresh start)."""
-        return self.restore(0, map_location=map_location) if self._entries else None
+        """The newest checkpoint that loads, or None when none does (a fresh start).
+
+        A corrupt file is set aside and the next older one tried; one that cannot be read now
+        (an I/O error) is skipped but left in place, and when no other loads either, that
+        error is raised (a restart tries again) rather than a fresh start. A learner restarted
+        after its newest checkpoint went bad thus resumes from the previous one instead of
+        failing on every restart until its restarts run out.
+        """
+        unreadable: CheckpointError | None = None
+        for info in self.history():
+            path = self.folder / info.file
+            try:
+                return self._read(path, map_location)
+            except CheckpointError as exc:
+                if exc.corrupt:
+                    self._set_aside(path, exc)
+                    del self._entries[info.global_steps]
+                    self._write_index()
+                else:
+                    log.warning("checkpoint %s skipped: %s", info.file, exc)
+                    unreadable = unreadable or exc
+        if unreadable is not None:  # starting afresh would bury checkpoints that may load later
+            raise unreadable
+        if self.set_aside:
+            log.error("no checkpoint of %r in %s loads: starting afresh", self.name, self.folder)
+        return None
 
 
 class PeriodicCheckpoint(Checkpoint):
@@ -285,7 +351,10 @@ class PeriodicCheckpoint(Checkpoint):
 
     `save` is called every learner iteration; it writes when `period` calls have passed since the
     last write *and* `min_interval` seconds have elapsed (a due save that is too early is retried
-    on the next calls rather than skipped for a whole period).
+    on the next calls rather than skipped for a whole period). A save that fails with an OSError
+    (a full disk) is skipped and counted in `skipped`, said once in the log until a save succeeds
+    again, and not tried again for `retry_interval` seconds. `clock` is monotonic: a step of the
+    wall clock neither delays checkpoints nor crowds them.
     """
 
     def __init__(
@@ -297,15 +366,24 @@ class PeriodicCheckpoint(Checkpoint):
         keep_history: int = 2,
         keep_best: int = 0,
         clock: Callable[[], float] = time.monotonic,
+        retry_interval: float = RETRY_INTERVAL,
     ) -> None:
         super().__init__(folder, name, keep_history, keep_best)
         if period < 1:
             raise ValueError(f"period must be >= 1, got {period}")
+        if retry_interval < 0:
+            raise ValueError(f"retry_interval must be >= 0, got {retry_interval}")
         self.period = period
         self.min_interval = float(min_interval)
+        self.retry_interval = float(retry_interval)
         self.clock = clock
         self._calls = 0
         self._last_save: float | None = None
+        self._retry_at: float | None = None
+        self.skipped = 0
+        """Saves that failed (OSError) and were skipped, over this instance's life."""
+        self.last_error: str | None = None
+        """Why the newest failed save failed; None once a save succeeded after it."""
 
     def save(  # type: ignore[override]
         self,
@@ -316,7 +394,7 @@ class PeriodicCheckpoint(Checkpoint):
         extra: Mapping[str, Any] | None = None,
         force: bool = False,
     ) -> Path | None:
-        """Save if due (or `force`); returns the path written, or None.
+        """Save if due (or `force`); returns the path written, or None (not due, or skipped).
 
         `state` may be a callable, so the (possibly expensive) state dict is only built when a
         save actually happens.
@@ -325,10 +403,28 @@ class PeriodicCheckpoint(Checkpoint):
         now = self.clock()
         due = self._calls >= self.period
         early = self._last_save is not None and now - self._last_save < self.min_interval
-        if not force and (not due or early):
+        waiting = self._retry_at is not None and now < self._retry_at
+        if not force and (not due or early or waiting):
             return None
         resolved = state() if callable(state) else state
-        path = super().save(resolved, global_steps, score, config, extra)
+        try:
+            path = super().save(resolved, global_steps, score, config, extra)
+        except OSError as exc:
+            self.skipped += 1
+            self._retry_at = now + self.retry_interval
+            if self.last_error is None:
+                log.warning(
+                    "checkpoint at %d not written (%s): skipped, trying again every %.0f s",
+                    global_steps,
+                    exc,
+                    self.retry_interval,
+                )
+            self.last_error = str(exc)
+            return None
+        if self.last_error is not None:
+            log.info("checkpoints written again (%s) after %d skipped", path.name, self.skipped)
+        self.last_error = None
+        self._retry_at = None
         self._calls = 0
         self._last_save = now
         return path

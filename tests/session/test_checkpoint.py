@@ -105,8 +105,10 @@ def test_arbitrary_objects_are_never_unpickled(tmp_path, capsys):
     # A file planted under a checkpoint name (not written by Checkpoint.save).
     torch.save({"meta": {"global_steps": 7}, "state": {"obj": Evil()}}, tmp_path / "learner.7.ckpt")
     ckpt = Checkpoint(tmp_path, "learner")
+    assert len(ckpt) == 0 and ckpt.set_aside == ["learner.7.ckpt"]  # refused, then set aside
     with pytest.raises(CheckpointError, match="cannot load"):
-        ckpt.restore(steps=7) if len(ckpt) else ckpt._read(tmp_path / "learner.7.ckpt")
+        ckpt._read(tmp_path / "learner.7.ckpt.corrupt")
+    assert ckpt.restore_latest() is None
     assert "pwned" not in capsys.readouterr().out
 
 
@@ -190,3 +192,72 @@ def test_periodic_state_callable_only_evaluated_when_saving(tmp_path):
     for it in range(4):
         ckpt.save(lambda: calls.append(1) or state(1.0), it)
     assert len(calls) == 2
+
+
+def test_a_corrupt_newest_checkpoint_is_set_aside_and_the_older_one_restored(tmp_path):
+    ckpt = Checkpoint(tmp_path, "learner", keep_history=3)
+    for steps in (10, 20, 30):
+        ckpt.save(state(steps), steps)
+    newest = tmp_path / "learner.30.ckpt"
+    newest.write_bytes(newest.read_bytes()[:200])  # truncated, as a dying disk leaves it
+    again = Checkpoint(tmp_path, "learner", keep_history=3)
+    loaded = again.restore_latest()
+    assert loaded is not None and loaded.meta["global_steps"] == 20
+    assert torch.equal(loaded.state["w"], torch.full((3,), 20.0))
+    assert again.set_aside == ["learner.30.ckpt"]
+    assert files(tmp_path) == ["learner.10.ckpt", "learner.20.ckpt"]
+    assert (tmp_path / "learner.30.ckpt.corrupt").is_file()  # kept for a post-mortem
+    assert [e.global_steps for e in again.history()] == [20, 10]
+    index = json.loads(again.index_path.read_text())
+    assert [e["global_steps"] for e in index["checkpoints"]] == [10, 20]
+    # the next instance (the next restart) goes straight to the good one
+    third = Checkpoint(tmp_path, "learner", keep_history=3)
+    assert third.restore_latest().meta["global_steps"] == 20 and third.set_aside == []
+
+
+def test_a_checkpoint_not_in_the_index_that_does_not_load_is_set_aside(tmp_path):
+    ckpt = Checkpoint(tmp_path, "learner", keep_history=3)
+    ckpt.save(state(1), 10)
+    (tmp_path / "learner.99.ckpt").write_bytes(b"not a checkpoint")
+    again = Checkpoint(tmp_path, "learner", keep_history=3)
+    assert again.set_aside == ["learner.99.ckpt"]
+    assert again.restore_latest().meta["global_steps"] == 10
+
+
+def test_when_every_checkpoint_is_corrupt_the_learner_starts_afresh(tmp_path):
+    ckpt = Checkpoint(tmp_path, "learner", keep_history=3)
+    for steps in (10, 20):
+        ckpt.save(state(steps), steps)
+    for name in ("learner.10.ckpt", "learner.20.ckpt"):
+        (tmp_path / name).write_bytes(b"PK\x03\x04 junk")
+    assert ckpt.restore_latest() is None
+    assert sorted(ckpt.set_aside) == ["learner.10.ckpt", "learner.20.ckpt"]
+    assert files(tmp_path) == [] and len(ckpt) == 0
+
+
+def test_a_full_disk_skips_a_periodic_save_and_it_is_retried_once_space_is_back(tmp_path, caplog):
+    from tests.session.tmpfs import fill, free, small_tmpfs
+
+    clock = FakeClock()
+    with small_tmpfs(tmp_path / "fs", "4m") as fs:
+        ckpt = PeriodicCheckpoint(fs, "learner", period=1, clock=clock, retry_interval=5.0)
+        assert ckpt.save(state(1), 1) is not None
+        fill(fs)
+        clock.now = 1.0
+        with caplog.at_level("WARNING", "surreal_kube.session.checkpoint"):
+            assert ckpt.save(state(2), 2) is None  # no space: skipped, not raised
+            clock.now = 2.0
+            assert ckpt.save(state(3), 3) is None  # within the retry interval: not even tried
+        assert ckpt.skipped == 1 and "No space left" in (ckpt.last_error or "")
+        said = [r.getMessage() for r in caplog.records if "not written" in r.getMessage()]
+        assert len(said) == 1 and "skipped, trying again every 5 s" in said[0]
+        assert files(fs) == ["learner.1.ckpt"] and not list(fs.glob(".*.tmp"))
+        assert ckpt.restore_latest().meta["global_steps"] == 1
+        clock.now = 6.5
+        assert ckpt.save(state(4), 4) is None  # tried again: still full
+        assert ckpt.skipped == 2
+        free(fs)
+        clock.now = 12.0
+        assert ckpt.save(state(5), 5) is not None  # space is back: written
+        assert ckpt.last_error is None
+        assert Checkpoint(fs, "learner").restore_latest().meta["global_steps"] == 5
