@@ -9,7 +9,11 @@ step reported.
 
 Event files are written with the `tensorboard` package's own writer (no TensorFlow, no torch), and
 everything received is validated first: a source name becomes a folder name, so it must be a plain
-DNS-style label.
+DNS-style label. A write that fails (a full disk) never ends tensorplex: the points are dropped
+and counted (`tensorplex/dropped_points`), the failure is logged once, and the run's event file is
+replaced by a new one (the old may end in a torn record) when writing is tried again,
+`RETRY_SECONDS` later; so a run whose disk filled up still ends with its results once there is
+space again.
 
 On Kubernetes it also keeps the experiment's progress record (learner iteration, env steps,
 steps/s, last eval return) and writes it into the ConfigMap `<exp>-progress` (runtime/reporter.py):
@@ -43,6 +47,8 @@ from surreal_kube.runtime.reporter import ConfigMapWriter, ProgressTracker, Repo
 log = logging.getLogger(__name__)
 
 FLUSH_SECONDS = 2.0
+RETRY_SECONDS = 5.0
+"""Seconds between attempts to write event files again after a write failed."""
 MAX_TAGS = 512
 _SOURCE = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
 _TAG = re.compile(r"^[\w./-]{1,200}$")
@@ -107,6 +113,31 @@ class ScalarWriter:
         # run -> tag -> [sum, count, max step, last time]
         self._bins: dict[str, dict[str, list[float]]] = defaultdict(dict)
         self.points = 0
+        self.dropped = 0
+        """Points not written because the disk refused them."""
+        self.failures = 0
+        """Write failures (each one drops a writer and its unwritten points)."""
+        self._retry_at: float | None = None
+        """Monotonic time before which no write is tried (after a failure)."""
+        self._fault: str | None = None
+
+    def _failed(self, run: str, exc: OSError, points: int) -> None:
+        """A write to `run` failed: drop its writer (a new file next time), wait, say it once."""
+        self.dropped += points
+        self.failures += 1
+        writer = self._writers.pop(run, None)
+        if writer is not None:
+            _discard(writer)
+        self._retry_at = time.monotonic() + RETRY_SECONDS
+        if self._fault is None:
+            log.warning(
+                "cannot write TensorBoard events under %s (%s): dropping points, "
+                "trying again every %.0f s",
+                self.logdir,
+                exc,
+                RETRY_SECONDS,
+            )
+        self._fault = str(exc)
 
     def _writer(self, run: str) -> EventFileWriter:
         writer = self._writers.get(run)
@@ -122,10 +153,18 @@ class ScalarWriter:
         if step is None:
             step = self._steps[run]
             self._steps[run] += 1
+        if self._retry_at is not None and time.monotonic() < self._retry_at:
+            self.dropped += len(values)
+            return
         summary = summary_pb2.Summary(
             value=[summary_pb2.Summary.Value(tag=t, simple_value=v) for t, v in values.items()]
         )
-        self._writer(run).add_event(event_pb2.Event(wall_time=stamp, step=step, summary=summary))
+        event = event_pb2.Event(wall_time=stamp, step=step, summary=summary)
+        try:
+            self._writer(run).add_event(event)
+        except OSError as exc:
+            self._failed(run, exc, len(values))
+            return
         self.points += len(values)
 
     def accumulate(
@@ -153,16 +192,36 @@ class ScalarWriter:
         self._bins.clear()
 
     def flush(self) -> None:
-        """Push everything to disk."""
+        """Push everything to disk (what the disk refuses is dropped, see `_failed`)."""
         self.flush_bins()
-        for writer in self._writers.values():
-            writer.flush()
+        if self._retry_at is not None and time.monotonic() < self._retry_at:
+            return
+        failed = False
+        for run, writer in list(self._writers.items()):
+            try:
+                writer.flush()
+            except OSError as exc:
+                self._failed(run, exc, 0)
+                failed = True
+        if self._fault is not None and self._writers and not failed:
+            log.info("TensorBoard events written again (%d points dropped)", self.dropped)
+            self._fault = self._retry_at = None
 
     def close(self) -> None:
         """Flush and close every event file."""
+        self._retry_at = None  # one last try
         self.flush()
         for writer in self._writers.values():
-            writer.close()
+            _discard(writer)
+        self._writers.clear()
+
+
+def _discard(writer: EventFileWriter) -> None:
+    """Close an event file writer whose disk may be full (its last flush may fail)."""
+    try:
+        writer.close()
+    except OSError as exc:
+        log.debug("closing an event file: %s", exc)
 
 
 class TensorplexRole(RoleBase):
@@ -237,6 +296,8 @@ class TensorplexRole(RoleBase):
             {
                 "tensorplex/messages_per_s": messages_per_s,
                 "tensorplex/rejected_messages": float(self.rejects.total),
+                "tensorplex/dropped_points": float(self.writer.dropped),
+                "tensorplex/write_failures": float(self.writer.failures),
             },
             self._global_step,
             time.time(),
