@@ -71,10 +71,21 @@ def curve_text(points: Iterable[Mapping[str, Any]]) -> str:
 
 
 def append_point(path: Path, point: Mapping[str, Any]) -> None:
-    """Append one point to a curve file (creating its folder)."""
+    """Append one point to a curve file (creating its folder).
+
+    All or nothing: a write the disk refuses half-way is cut off again before the OSError is
+    raised, so the caller's next try does not follow a torn line."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("a") as f:
-        f.write(json.dumps(dict(point)) + "\n")
+    line = (json.dumps(dict(point)) + "\n").encode()
+    with path.open("ab", buffering=0) as f:
+        size = f.seek(0, os.SEEK_END)
+        done = 0
+        try:
+            while done < len(line):  # a raw write may be short before it fails
+                done += f.write(line[done:]) or 0
+        except OSError:
+            f.truncate(size)
+            raise
 
 
 def summarize(

@@ -26,6 +26,7 @@ from surreal_kube.launch.local import orphans
 from surreal_kube.launch.local.folder import (
     ExperimentFolder,
     default_root,
+    private_files,
     read_json,
     write_json_atomic,
 )
@@ -199,21 +200,22 @@ def prepare(
         ports = allocate_ports(
             sorted(topo.binders), ports_in_use_by_experiments(folder.path.parent)
         )
-        folder.create()
-        folder.config.write_text(dump_yaml(exp))
-        if restore_from is not None:
-            target = folder.checkpoints / Path(restore_from).name
-            if Path(restore_from).resolve() != target.resolve():
-                shutil.copy2(restore_from, target)
-        write_json_atomic(
-            folder.state,
-            {
-                "name": exp.metadata.name,
-                "phase": "Starting",
-                "ports": ports,
-                "elapsed": elapsed_before,
-            },
-        )
+        with private_files():  # the folder 0700, its files 0600 (folder.PRIVATE_UMASK)
+            folder.create()
+            folder.config.write_text(dump_yaml(exp))
+            if restore_from is not None:
+                target = folder.checkpoints / Path(restore_from).name
+                if Path(restore_from).resolve() != target.resolve():
+                    shutil.copyfile(restore_from, target)  # not copy2: its mode may be open
+            write_json_atomic(
+                folder.state,
+                {
+                    "name": exp.metadata.name,
+                    "phase": "Starting",
+                    "ports": ports,
+                    "elapsed": elapsed_before,
+                },
+            )
     return exp, folder, ports, elapsed_before
 
 
@@ -237,7 +239,8 @@ def _check_budget_left(exp: Experiment, folder: ExperimentFolder, elapsed: float
 
 def start_detached(folder: ExperimentFolder, timeout: float = 30.0) -> int:
     """Start the supervisor as a daemon; returns its pid once it reports Running."""
-    log = open(folder.logs / "supervisor.log", "ab")  # noqa: SIM115 - handed to the daemon
+    with private_files():
+        log = open(folder.logs / "supervisor.log", "ab")  # noqa: SIM115 - handed to the daemon
     try:
         proc = subprocess.Popen(
             [sys.executable, "-m", "surreal_kube.launch.local.daemon", str(folder.path)],
@@ -386,7 +389,8 @@ def tensorboard(exp: LocalExperiment, port: int | None = None) -> str:
             raise LaunchError(
                 f"port {chosen} on 127.0.0.1 is already in use; pick another with --port"
             )
-        out = open(exp.folder.logs / "tensorboard-viewer.out", "ab")  # noqa: SIM115
+        with private_files():
+            out = open(exp.folder.logs / "tensorboard-viewer.out", "ab")  # noqa: SIM115
         try:
             proc = subprocess.Popen(
                 [

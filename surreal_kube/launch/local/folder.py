@@ -6,15 +6,32 @@ One folder per experiment under a root (`~/.surreal-kube/experiments` by default
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import tempfile
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 DEFAULT_ROOT = Path("~/.surreal-kube/experiments")
 ROOT_ENV = "SURREAL_KUBE_ROOT"
+PRIVATE_UMASK = 0o077
+"""What a local run creates is its owner's alone: folders 0700, files 0600. Its logs, events,
+checkpoints and state say what it learns and how to reach it; no other user of the machine
+needs them."""
+
+
+@contextlib.contextmanager
+def private_files() -> Iterator[None]:
+    """Create files and folders closed to other users within the block (and in every process
+    started within it, which inherits the umask)."""
+    before = os.umask(PRIVATE_UMASK)
+    try:
+        yield
+    finally:
+        os.umask(before)
 
 
 def default_root() -> Path:
@@ -48,7 +65,9 @@ class ExperimentFolder:
     results = property(lambda self: self.path / "results")
 
     def create(self) -> None:
-        """Make the folder and its sub-folders."""
+        """Make the folder (0700, also when it existed) and its sub-folders."""
+        self.path.mkdir(parents=True, exist_ok=True, mode=0o700)
+        self.path.chmod(0o700)
         for p in (
             self.logs,
             self.tensorboard,

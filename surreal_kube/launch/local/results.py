@@ -42,7 +42,6 @@ class CurveRecorder:
         """Add a point when an evaluation finished since the last call."""
         if progress.eval_return is None or progress.eval_count == self.last_eval_count:
             return
-        self.last_eval_count = progress.eval_count
         returns, versions, steps = [], [], []
         for data in progress.processes.values():
             if data.get("role") != "eval":
@@ -66,8 +65,9 @@ class CurveRecorder:
             "evaluations": progress.eval_count,
             "time": time.time(),
         }
+        shared.append_point(self.path, point)  # first: a full disk raises, the next call retries
         self.points.append(point)
-        shared.append_point(self.path, point)
+        self.last_eval_count = progress.eval_count
 
 
 def write_results(

@@ -5,6 +5,12 @@ environment the topology derives. A process that dies is restarted with exponent
 reconnects by itself (ZeroMQ sockets reconnect, the learner restores its newest checkpoint). Every
 restart is logged and counted in the state file, which is also how `status` and `list` see a
 detached experiment.
+
+Faults of the machine itself: every interval and budget is measured on the monotonic clock (a
+step of the wall clock neither ends a run early nor holds a restart back); restart delays carry
+random jitter (roles that died together do not come back in lockstep); a state file the disk
+refuses is said once, counted and written again on the next step; and every file of the run is
+created closed to other users (umask 077: folder 0700, files 0600).
 """
 
 from __future__ import annotations
@@ -12,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import random
 import signal
 import subprocess
 import sys
@@ -23,7 +30,12 @@ from pathlib import Path
 from surreal_kube.experiment.spec import Experiment
 from surreal_kube.experiment.topology import Process, Topology
 from surreal_kube.launch.local import forking
-from surreal_kube.launch.local.folder import ExperimentFolder, read_json, write_json_atomic
+from surreal_kube.launch.local.folder import (
+    ExperimentFolder,
+    private_files,
+    read_json,
+    write_json_atomic,
+)
 from surreal_kube.launch.local.progress import Progress, read_progress
 from surreal_kube.launch.local.results import CurveRecorder
 
@@ -35,6 +47,8 @@ runtime.lifecycle, which the backend must not import)."""
 
 BACKOFF_MIN = 1.0
 BACKOFF_MAX = 30.0
+JITTER = 0.5
+"""A restart waits between (1 - JITTER) and 1 times its backoff, at random."""
 HEALTHY_AFTER = 60.0
 """A process that ran this long is healthy again: its backoff resets."""
 LEARNER_MAX_RESTARTS = 5
@@ -70,7 +84,9 @@ class Child:
     restarts: int = 0
     state: str = "pending"
     started_at: float = 0.0
+    """Monotonic time of the newest start."""
     next_start: float = 0.0
+    """Monotonic time of the next start (in backoff)."""
     backoff: float = BACKOFF_MIN
     last_exit: int | None = None
     history: list[str] = field(default_factory=list)
@@ -101,7 +117,12 @@ class Supervisor:
         self.phase = "Starting"
         self.reason = ""
         self.started = time.time()
+        """Unix time of the start, shown; what counts is measured from `_started_mono`."""
+        self._started_mono = time.monotonic()
         self.elapsed_before = 0.0
+        self.state_write_failures = 0
+        self._state_fault: str | None = None
+        self._curve_fault: str | None = None
         self.stop_requested = False
         self.final_phase = "Stopped"
         self.curve = CurveRecorder(folder.results / "curve.jsonl")
@@ -134,7 +155,7 @@ class Supervisor:
 
     def _spawn(self, child: Child) -> None:
         proc = child.process
-        child.started_at = time.time()
+        child.started_at = time.monotonic()
         child.state = "running"
         if self.forkserver is not None:
             try:
@@ -193,7 +214,7 @@ class Supervisor:
         """One supervision step: notice exits, restart with backoff, refresh progress."""
         if self.forkserver is not None:
             self.forkserver.pump(0.0)
-        now = time.time()
+        now = time.monotonic()
         for child in self.children.values():
             if child.state == "running" and child.popen is not None:
                 code = child.popen.poll()
@@ -207,8 +228,19 @@ class Supervisor:
                 log.warning("restarting %s (restart %d)", child.process.name, child.restarts)
                 self._spawn(child)
         self.progress = read_progress(self.folder.status)
-        self.curve.record(self.progress, self.elapsed())
+        self.record_curve()
         self.write_state()
+
+    def record_curve(self) -> None:
+        """Add the newest evaluation to the curve; a refused write is tried on the next step."""
+        try:
+            self.curve.record(self.progress, self.elapsed())
+        except OSError as exc:
+            if self._curve_fault is None:
+                log.warning("cannot append to the learning curve (%s); trying again", exc)
+            self._curve_fault = str(exc)
+            return
+        self._curve_fault = None
 
     def _on_exit(self, child: Child, code: int, now: float) -> None:
         name = child.process.name
@@ -222,16 +254,17 @@ class Supervisor:
             return
         child.restarts += 1
         child.state = "backoff"
-        child.next_start = now + child.backoff
+        delay = restart_delay(child.backoff)
+        child.next_start = now + delay
         child.history.append(f"{time.strftime('%H:%M:%S')} {how}")
-        log.warning("%s died (%s); restarting in %.0fs", name, how, child.backoff)
+        log.warning("%s died (%s); restarting in %.1fs", name, how, delay)
         child.backoff = min(BACKOFF_MAX, child.backoff * 2)
 
     # ------------------------------------------------------------------ budget and stop
 
     def elapsed(self) -> float:
-        """Wall time of this experiment, including earlier runs when resumed."""
-        return self.elapsed_before + (time.time() - self.started)
+        """Seconds this experiment ran, earlier runs included when resumed (monotonic)."""
+        return self.elapsed_before + (time.monotonic() - self._started_mono)
 
     def budget_reached(self) -> str | None:
         """Why the run should end now, or None."""
@@ -294,16 +327,16 @@ class Supervisor:
         if self.forkserver is not None:
             self.forkserver.close()
         self.progress = read_progress(self.folder.status)
-        self.curve.record(self.progress, self.elapsed())
+        self.record_curve()
         self.write_state()
 
     def _final_evaluation(self) -> None:
         evals = [c for c in self.children.values() if c.process.role == "eval" and _running(c)]
-        deadline = time.time() + FINAL_EVAL_TIMEOUT
+        deadline = time.monotonic() + FINAL_EVAL_TIMEOUT
         for child in evals:
             # an evaluator still starting up has no handler yet: SIGUSR1 would kill it
             status = self.folder.status / f"{child.process.name}.json"
-            while _running(child) and time.time() < deadline:
+            while _running(child) and time.monotonic() < deadline:
                 if (read_json(status) or {}).get("state") == "running":
                     break
                 time.sleep(0.2)
@@ -311,7 +344,7 @@ class Supervisor:
                 _signal_group(child.popen.pid, signal.SIGUSR1)  # type: ignore[union-attr]
         for child in evals:
             try:
-                child.popen.wait(timeout=max(0.1, deadline - time.time()))  # type: ignore[union-attr]
+                child.popen.wait(timeout=max(0.1, deadline - time.monotonic()))  # type: ignore[union-attr]
             except subprocess.TimeoutExpired:
                 log.warning(
                     "%s: no final evaluation after %.0f s", child.process.name, FINAL_EVAL_TIMEOUT
@@ -321,12 +354,12 @@ class Supervisor:
         for child in children:
             if _running(child):
                 _signal_group(child.popen.pid, signal.SIGTERM)  # type: ignore[union-attr]
-        deadline = time.time() + STOP_GRACE
+        deadline = time.monotonic() + STOP_GRACE
         for child in children:
             if child.popen is None or child.popen.pid is None:
                 continue
             try:
-                child.popen.wait(timeout=max(0.1, deadline - time.time()))
+                child.popen.wait(timeout=max(0.1, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
                 log.warning("%s ignored SIGTERM; killing it", child.process.name)
             _signal_group(child.popen.pid, signal.SIGKILL)  # also any grandchildren left behind
@@ -348,6 +381,7 @@ class Supervisor:
             "started": self.started,
             "elapsed": self.elapsed(),
             "ports": self.ports,
+            "state_write_failures": self.state_write_failures,
             "env_steps": self.progress.env_steps,
             "learner_iteration": self.progress.learner_iteration,
             "eval_return": self.progress.eval_return,
@@ -365,12 +399,28 @@ class Supervisor:
         }
 
     def write_state(self) -> None:
-        """Persist the state file atomically."""
-        write_json_atomic(self.folder.state, self.state_dict())
+        """Persist the state file atomically; a disk that refuses it is said once, counted, and
+        the previous file stays until the next step writes it again."""
+        try:
+            write_json_atomic(self.folder.state, self.state_dict())
+        except OSError as exc:
+            self.state_write_failures += 1
+            if self._state_fault is None:
+                log.warning("cannot write %s (%s); trying again", self.folder.state, exc)
+            self._state_fault = str(exc)
+            return
+        if self._state_fault is not None:
+            log.info("state file written again (%d writes failed)", self.state_write_failures)
+            self._state_fault = None
 
     def total_restarts(self) -> int:
         """Restarts over all processes."""
         return sum(c.restarts for c in self.children.values())
+
+
+def restart_delay(backoff: float) -> float:
+    """How long a restart waits: its backoff less up to JITTER of it, at random."""
+    return backoff * (1.0 - JITTER * random.random())
 
 
 def _running(child: Child) -> bool:
@@ -420,33 +470,54 @@ def supervise(
     """Run an experiment to its end (budget, stop request or failure), stop it, write results.
 
     SIGINT and SIGTERM request a clean stop; the processes are always stopped, even on errors.
+    Everything the run writes is closed to other users (`private_files`).
     """
     from surreal_kube.experiment.resolve import experiment_topology
-    from surreal_kube.launch.local.results import write_results
 
     sup = Supervisor(exp, experiment_topology(exp), folder, ports)
     sup.elapsed_before = elapsed_before
     previous = {s: signal.signal(s, sup.request_stop) for s in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        sup.start()
-        sup.run(tick)
-    except BaseException as exc:
-        sup.final_phase = "Failed"
-        sup.reason = f"supervisor error: {type(exc).__name__}: {exc}"
-        raise
-    finally:
-        sup.stop()
-        picture = write_results(
-            folder.results,
-            name=exp.metadata.name,
-            phase=sup.final_phase,
-            reason=sup.reason,
-            env_steps=sup.progress.env_steps,
-            elapsed=sup.elapsed(),
-            restarts={n: c.restarts for n, c in sup.children.items() if c.restarts},
-            learner_iteration=sup.progress.learner_iteration,
-        )
-        sup.finish()
-        for s, handler in previous.items():
-            signal.signal(s, handler)
+    with private_files():
+        try:
+            sup.start()
+            sup.run(tick)
+        except BaseException as exc:
+            sup.final_phase = "Failed"
+            sup.reason = f"supervisor error: {type(exc).__name__}: {exc}"
+            raise
+        finally:
+            sup.stop()
+            picture = _write_results(sup)
+            sup.finish()
+            for s, handler in previous.items():
+                signal.signal(s, handler)
     return sup, picture
+
+
+RESULTS_RETRY_SECONDS = 60.0
+"""How long a run that ended on a full disk tries to write its results before it gives up."""
+
+
+def _write_results(sup: Supervisor) -> Path:
+    """The run's results, tried again every 2 s for RESULTS_RETRY_SECONDS on a full disk."""
+    from surreal_kube.launch.local.results import write_results
+
+    deadline = time.monotonic() + RESULTS_RETRY_SECONDS
+    while True:
+        try:
+            return write_results(
+                sup.folder.results,
+                name=sup.exp.metadata.name,
+                phase=sup.final_phase,
+                reason=sup.reason,
+                env_steps=sup.progress.env_steps,
+                elapsed=sup.elapsed(),
+                restarts={n: c.restarts for n, c in sup.children.items() if c.restarts},
+                learner_iteration=sup.progress.learner_iteration,
+            )
+        except OSError as exc:
+            if time.monotonic() >= deadline:
+                log.error("results not written: %s", exc)
+                raise
+            log.warning("cannot write the results yet (%s); trying again in 2 s", exc)
+            time.sleep(2.0)

@@ -121,3 +121,82 @@ def test_two_experiments_never_share_a_port(tmp_path: Path) -> None:
     second = allocate_ports([f"e{i}" for i in range(10)], used)
     assert not set(first.values()) & set(second.values())
     assert len(set(second.values())) == 10
+
+
+def test_a_full_disk_does_not_end_the_supervisor_and_the_state_is_written_again(
+    tmp_path: Path,
+) -> None:
+    from tests.session.tmpfs import fill, free, small_tmpfs
+
+    with small_tmpfs(tmp_path / "fs", "1m") as fs:
+        exp = resolve_experiment("sup", sets=[])
+        topo = experiment_topology(exp)
+        folder = ExperimentFolder(fs / "sup")
+        folder.create()
+        sup = ShellSupervisor(exp, topo, folder, allocate_ports(sorted(topo.binders), set()))
+        sup.commands = {}
+        sup.start()
+        try:
+            before = read_json(folder.state)
+            fill(fs)
+            for _ in range(3):
+                sup.poll()  # raised OSError (ENOSPC) out of write_state before the fix
+            assert sup.state_write_failures == 3
+            assert read_json(folder.state) == before  # the previous file, whole
+            assert not list(folder.path.glob(".state.json.*.tmp"))
+            free(fs)
+            sup.poll()
+            state = read_json(folder.state)
+            assert state["state_write_failures"] == 3 and state["phase"] == "Running"
+        finally:
+            sup.stop()
+
+
+def _step_the_wall_clock(monkeypatch, seconds: float) -> None:
+    real = time.time
+    monkeypatch.setattr(time, "time", lambda: real() + seconds)
+
+
+def test_a_wall_clock_step_forward_does_not_end_the_run(tmp_path: Path, monkeypatch) -> None:
+    sup = make(tmp_path, ["session.maxTimeSeconds=3"], {"eval": ["sh", "-c", "exit 3"]})
+    sup.start()
+    try:
+        _step_the_wall_clock(monkeypatch, 86_400.0)  # NTP fixes a clock a day behind
+        assert sup.budget_reached() is None
+        sup.run(period=0.2)
+    finally:
+        sup.stop()
+        monkeypatch.undo()
+    assert sup.final_phase == "Succeeded" and sup.reason == "reached 3 s of wall time"
+    # it ran its 3 s: the evaluator died and came back in that time (1 s, then up to 2 s)
+    assert sup.children["evals-0"].restarts >= 2
+
+
+def test_a_wall_clock_step_back_does_not_hold_a_restart_back(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setattr(sv, "BACKOFF_MIN", 0.2)
+    sup = make(tmp_path, [], {"eval": ["sh", "-c", "exit 3"]})
+    sup.children["evals-0"].backoff = 0.2
+    sup.start()
+    try:
+        ev = sup.children["evals-0"]
+        deadline = time.monotonic() + 30
+        while ev.state != "backoff":
+            assert time.monotonic() < deadline
+            sup.poll()
+            time.sleep(0.05)
+        _step_the_wall_clock(monkeypatch, -86_400.0)  # the clock is set a day back
+        while ev.state == "backoff":
+            # before the fix the restart waited for the wall clock to catch up: a day
+            assert time.monotonic() < deadline, "the restart is held back by the clock step"
+            sup.poll()
+            time.sleep(0.05)
+        assert ev.restarts == 1
+    finally:
+        sup.stop()
+
+
+def test_restart_delays_are_jittered_within_their_backoff() -> None:
+    delays = [sv.restart_delay(8.0) for _ in range(200)]
+    assert all(8.0 * (1 - sv.JITTER) <= d <= 8.0 for d in delays)
+    # roles that died together come back spread out, not in lockstep
+    assert max(delays) - min(delays) > 8.0 * sv.JITTER / 2
