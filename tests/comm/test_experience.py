@@ -51,19 +51,21 @@ def test_sender_to_dead_replay_times_out_reports_drop_and_recovers(caplog):
     receiver = None
     try:
         with caplog.at_level(logging.WARNING, logger="surreal_kube.comm.experience"):
-            started = time.monotonic()
-            sender.send(_item(0))
-            first = time.monotonic() - started
-        assert 0.2 < first < 2.0, first  # waited about the timeout, never forever
+            sender.send(_item(0))  # returns: it waited its timeout, never forever
         assert sender.dropped_items == 1 and sender.sent_items == 0 and not sender.healthy
-        assert any("dropping 1 items" in r.getMessage() for r in caplog.records)
+        assert any(
+            "did not take experience within 0.3s; dropping 1 items" in r.getMessage()
+            for r in caplog.records
+        )
 
-        # While replay stays down, further sends are dropped without waiting.
-        started = time.monotonic()
-        for i in range(50):
-            sender.send(_item(i))
-        assert time.monotonic() - started < 0.5
+        # While replay stays down, further sends are dropped without waiting (not healthy: sends
+        # do not block) and without a warning each.
+        warnings = len(caplog.records)
+        with caplog.at_level(logging.WARNING, logger="surreal_kube.comm.experience"):
+            for i in range(50):
+                sender.send(_item(i))
         assert sender.dropped_items == 51 and sender.dropped_messages == 51
+        assert not sender.healthy and len(caplog.records) == warnings
 
         # Replay comes up at that address: sending resumes on its own.
         pull = receiver = make_socket(zmq.PULL, bind=addr)
@@ -191,16 +193,14 @@ def test_sender_waits_for_a_replay_that_is_up_but_holds_inserts_back():
     sender = ExperienceSender(addr, flush_iteration=1, timeout=0.3, hwm=1, wait_hook=hook)
     try:
         time.sleep(0.3)  # connected
-        started = time.monotonic()
         big = {"obs": np.zeros((25, 4000), np.float32), "param_version": np.array(0, np.int64)}
         for _ in range(2000):  # the queues and socket buffers fill, then sends wait in the hook
             sender.send(big)
             if sender.dropped_items:
                 break
         assert calls, "the sender never waited"
-        took = time.monotonic() - started
         # it waited well past its drop timeout (0.3 s), as long as the hook said so, then dropped
-        assert calls[-1] >= stop_after and took >= stop_after, (calls[-1], took)
+        assert calls[-1] >= stop_after, calls
         assert sender.waited_seconds >= stop_after, sender.waited_seconds
         assert sender.dropped_items == 1 and sender.healthy and not sender.waiting
         sent = sender.sent_items
@@ -238,14 +238,14 @@ def test_waits_shorter_than_a_wait_slice_are_counted_too():
         time.sleep(0.3)  # connected
         reader.start()
         item = {"obs": np.zeros((25, 400), np.float32), "param_version": np.array(0, np.int64)}
-        started = time.monotonic()
         for _ in range(25):
             sender.send(item)
-        took = time.monotonic() - started
         assert sender.sent_items == 25 and sender.dropped_items == 0
-        assert took > 0.5, took  # paced by the reader
-        assert sender.waited_seconds > 0.5 * took, (sender.waited_seconds, took)
-        assert sender.waited_seconds <= took + 1e-3
+        # The reader sleeps 0.1 s after each of the 25 messages; with a few messages in the
+        # pipes, 20 or more sends each waited for one of those sleeps, however slow the machine
+        # (a slower one only sleeps longer): at least 1 s of waiting to report. Counting only
+        # waits of a whole slice reported 0.35 s here.
+        assert sender.waited_seconds >= 1.0, sender.waited_seconds
         assert not sender.waiting
     finally:
         done.set()

@@ -60,8 +60,8 @@ def test_experiment_runs_and_a_restarted_learner_resumes(local_run):
     assert set(agents["env_steps_per_agent"]) == {"0", "1"}
     assert agents["env_steps"] == sum(agents["env_steps_per_agent"].values()) > 0
 
-    code, took = run.terminate("learner")
-    assert code == 0 and took < 10
+    code, _ = run.terminate("learner")
+    assert code == 0  # exited on SIGTERM within the harness's wait
     stopped = _status(run, "learner")
     assert stopped["state"] == "stopped"
     last = stopped["iteration"]
@@ -75,8 +75,8 @@ def test_experiment_runs_and_a_restarted_learner_resumes(local_run):
 
     for proc in run.topology.processes:
         if proc.name in run.procs:
-            code, took = run.terminate(proc.name)
-            assert code == 0 and took < 10, (proc.name, code, took)
+            code, _ = run.terminate(proc.name)
+            assert code == 0, (proc.name, code)
     assert _status(run, "agents-0")["state"] == "stopped"
     assert sorted(p.stem for p in (run.dir / "logs").glob("*.log")) == sorted(
         p.name
@@ -99,5 +99,5 @@ def test_tensorboard_role_serves_http_and_stops_on_sigterm(local_run):
         except OSError:
             time.sleep(0.5)
     assert b"TensorBoard" in body or b"tensorboard" in body
-    code, took = run.terminate("tensorboard")
-    assert code == 0 and took < 10
+    code, _ = run.terminate("tensorboard")
+    assert code == 0  # exited on SIGTERM within the harness's wait

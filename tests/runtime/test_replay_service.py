@@ -77,5 +77,5 @@ def test_two_shards_take_four_senders_and_serve_balanced_batches(local_run):
             sender.close()
 
     for name in ("replay", "replay-shard-0", "replay-shard-1"):
-        code, took = run.terminate(name)
-        assert code == 0 and took < 5.0, (name, code, took)
+        code, _ = run.terminate(name)
+        assert code == 0, (name, code)

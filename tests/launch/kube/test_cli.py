@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import yaml
@@ -156,19 +155,16 @@ def test_build_push_and_kind_exclude_each_other() -> None:
     )
 
 
-def test_help_is_fast_and_imports_no_client() -> None:
+def test_help_imports_no_client() -> None:
+    """`--help` stays fast because it imports no client; how fast is bench/cli.py's row."""
     code = (
-        "import sys, time; t = time.perf_counter(); from surreal_kube.cli import main; "
+        "import sys; from surreal_kube.cli import main; "
         "import surreal_kube.cli.render_cmd, surreal_kube.cli.build_cmd; "
-        "print(time.perf_counter() - t); "
         "print(sorted(m for m in ('kubernetes', 'docker', 'jinja2') if m in sys.modules))"
     )
     done = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=60
     )
-    _seconds, loaded = done.stdout.splitlines()
-    assert loaded == "[]"
-    start = time.perf_counter()
+    assert done.stdout.strip() == "[]", done.stderr
     res = cli("build", "--help")
     assert res.returncode == 0 and "--push" in res.stdout
-    assert time.perf_counter() - start < 10
