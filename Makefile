@@ -7,6 +7,7 @@ VENV := .venv
 PYTHON := $(VENV)/bin/python
 PIP := $(VENV)/bin/pip
 STAMP := $(VENV)/.installed
+LOCK := requirements/dev.lock
 # Debian packages the tests need: MuJoCo's offscreen EGL renderer (video recording) and podman
 # serving the Docker API (image builds), with debootstrap for an offline base image; the real test
 # node's runc, iptables, conntrack, socat and busybox-static (its test image); tmux, the real
@@ -17,21 +18,30 @@ DEB_PACKAGES := libegl1 libgl1 podman buildah runc catatonit debootstrap fuse-ov
 RUN_ROOT ?= $(CURDIR)/runs
 PYTEST_ARGS ?=
 
-.PHONY: install deb run test test-fast lint bench bench-quick clean help
+.PHONY: install deb run test test-fast lint lock bench bench-quick clean help
 
 help:
 	@echo "make run     - a small PPO experiment as local processes (installs what it needs)"
 	@echo "make test    - the whole test suite (builds or reuses the control plane)"
 	@echo "make bench   - every benchmark under bench/ (BENCH_ARGS=--quick for a quick run)"
 	@echo "make lint    - ruff and the layering contract"
+	@echo "make lock    - re-resolve requirements/dev.lock in a fresh venv"
 
 install: $(STAMP)
 
-$(STAMP): pyproject.toml
+# Installed from the lock (exact versions), so that CI and every machine test one resolution.
+$(STAMP): pyproject.toml $(LOCK) surreal_kube/__init__.py
 	@test -x $(PYTHON) || $(PYTHON_BOOT) -m venv $(VENV)
-	$(PIP) install -q --upgrade pip setuptools wheel
-	$(PIP) install -q -e '.[dev]'
+	$(PIP) install -q -c $(LOCK) --upgrade pip setuptools wheel
+	$(PIP) install -q -c $(LOCK) -e '.[dev]'
 	@touch $@
+
+lock:
+	rm -rf $(CURDIR)/.lock-venv && $(PYTHON_BOOT) -m venv $(CURDIR)/.lock-venv
+	$(CURDIR)/.lock-venv/bin/pip install -q --upgrade pip setuptools wheel
+	$(CURDIR)/.lock-venv/bin/pip install -q -e '.[dev]'
+	{ grep '^#' $(LOCK); $(CURDIR)/.lock-venv/bin/pip freeze --all --exclude-editable | sort -f; } > $(LOCK).new
+	mv $(LOCK).new $(LOCK) && rm -rf $(CURDIR)/.lock-venv
 
 deb:
 	@missing=$$(for p in $(DEB_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \
@@ -65,6 +75,6 @@ bench-quick:
 	$(MAKE) bench BENCH_ARGS=--quick
 
 clean:
-	rm -rf $(VENV) .pytest_cache .ruff_cache bench/results/*.json
+	rm -rf $(VENV) .pytest_cache .ruff_cache .mypy_cache
 
 -include tests/cluster/cluster.mk

@@ -1,6 +1,6 @@
 # syntax=docker/dockerfile:1
 # The CPU runtime image: every role of an experiment (`surreal-kube-role <role>`) and the operator
-# (`python -m surreal_kube.operator`), with torch on the CPU.
+# (`surreal-kube-operator`), with torch on the CPU.
 #
 # Context: the folder that holds the `surreal_kube` package (a checkout's root, or the
 # site-packages of a pip install: this file ships inside the package, so `surreal-kube build`

@@ -32,7 +32,7 @@ ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1 PYTHONDONTWRITEBYTECODE=1
 RUN python3 -m venv ${VENV_ARGS} /opt/surreal
 COPY surreal_kube /src/surreal_kube
 COPY surreal_kube/dockerfiles/package.pyproject.toml /src/pyproject.toml
-RUN /opt/surreal/bin/pip install ${PIP_ARGS} /src && rm -rf /src
+RUN /opt/surreal/bin/pip install ${PIP_ARGS} "/src[video]" && rm -rf /src
 
 FROM ${PYTHON_IMAGE}
 ARG APT_PACKAGES="libegl1 libgl1 libglib2.0-0"

@@ -7,6 +7,7 @@ runs in ffmpeg's own process, so the stepping thread only pays for `render()` an
 
 from __future__ import annotations
 
+import importlib.util
 import queue
 import threading
 from pathlib import Path
@@ -16,6 +17,21 @@ import gymnasium as gym
 import numpy as np
 
 _END = None
+VIDEO_MODULES = ("imageio", "imageio_ffmpeg")
+"""What writing mp4 needs: the `video` extra (`pip install 'surreal-kube[video]'`)."""
+
+
+def missing_video_modules() -> list[str]:
+    """The modules of `VIDEO_MODULES` that cannot be imported here."""
+    missing = []
+    for name in VIDEO_MODULES:
+        try:
+            found = importlib.util.find_spec(name) is not None
+        except (ImportError, ValueError):  # ValueError: in sys.modules as None (blocked)
+            found = False
+        if not found:
+            missing.append(name)
+    return missing
 
 
 class VideoRecorder(gym.Wrapper):
@@ -25,6 +41,12 @@ class VideoRecorder(gym.Wrapper):
         super().__init__(env)
         if env.render_mode != "rgb_array":
             raise ValueError("video recording needs the env made with render_mode='rgb_array'")
+        # said when the recorder is made (a role's start), not in the writer thread mid-run
+        if missing := missing_video_modules():
+            raise ValueError(
+                f"video recording needs {', '.join(missing)}, which the `video` extra installs: "
+                "pip install 'surreal-kube[video]'"
+            )
         self.fps = fps or int(env.metadata.get("render_fps", 30))
         self._max_queue = max_queue
         self._queue: queue.Queue[np.ndarray | None] | None = None

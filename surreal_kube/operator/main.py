@@ -1,7 +1,9 @@
-"""`python -m surreal_kube.operator`: run the operator against a cluster.
+"""`surreal-kube-operator` (or `python -m surreal_kube.operator`): run the operator.
 
-    python -m surreal_kube.operator --namespace team-a --namespace team-b
-    python -m surreal_kube.operator --all-namespaces --kubeconfig ~/.kube/config --context gke
+    surreal-kube-operator --namespace team-a --namespace team-b
+    surreal-kube-operator --all-namespaces --kubeconfig ~/.kube/config --context gke
+
+It needs the `operator` extra (kopf): `pip install 'surreal-kube[operator]'`.
 
 In a pod (the Helm chart's Deployment) it uses its ServiceAccount; elsewhere the kubeconfig, as
 the CLI does. It runs standalone (one operator per set of namespaces, no peering objects).
@@ -18,7 +20,7 @@ from collections.abc import Sequence
 
 def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(
-        prog="python -m surreal_kube.operator",
+        prog="surreal-kube-operator",
         description="Reconcile surreal.ai Experiment objects into running experiments.",
     )
     where = p.add_mutually_exclusive_group()
@@ -91,7 +93,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     if args.log_level != "debug":  # kopf logs every handler run at INFO
         logging.getLogger("kopf.objects").setLevel(logging.WARNING)
-    import kopf
+    try:
+        import kopf
+    except ImportError:
+        print(
+            "error: the operator needs kopf, which the `operator` extra installs: "
+            "pip install 'surreal-kube[operator]'",
+            file=sys.stderr,
+        )
+        return 2
 
     from surreal_kube.errors import SurrealKubeError
     from surreal_kube.launch.kube import slim

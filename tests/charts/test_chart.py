@@ -40,7 +40,7 @@ def test_default_install_objects() -> None:
     assert (
         container["image"] == "surreal-kube/runtime-cpu:0.1.0"
     )  # pinned: appVersion, the image `build` tags
-    assert container["command"] == ["python", "-m", "surreal_kube.operator"]
+    assert container["command"] == ["surreal-kube-operator"]
     assert "--namespace=surreal-kube-system" in container["args"]
     assert container["securityContext"]["readOnlyRootFilesystem"] is True
     assert pod["securityContext"]["runAsNonRoot"] is True

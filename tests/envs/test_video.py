@@ -36,3 +36,17 @@ def test_needs_rgb_array_rendering():
 
     with pytest.raises(ValueError, match="rgb_array"):
         VideoRecorder(make_env("gym:Pendulum-v1"))
+
+
+def test_without_the_video_extra_says_which_extra_to_install(monkeypatch):
+    """imageio is the `video` extra's: an environment without it is refused when the recorder is
+    made (a role's start), not by the writer thread in the middle of a run."""
+    import sys
+
+    monkeypatch.setitem(sys.modules, "imageio_ffmpeg", None)  # as if it was not installed
+    with pytest.raises(ValueError) as err:
+        make_env("gym:Pendulum-v1", record_video=True)
+    assert str(err.value) == (
+        "video recording needs imageio_ffmpeg, which the `video` extra installs: "
+        "pip install 'surreal-kube[video]'"
+    )

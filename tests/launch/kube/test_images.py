@@ -53,10 +53,15 @@ def test_the_images_build_recipe_is_the_projects() -> None:
     ours = tomllib.loads((ROOT / "pyproject.toml").read_text())
     recipe = tomllib.loads((DOCKERFILES / "package.pyproject.toml").read_text())
     assert recipe["build-system"] == ours["build-system"]
-    keep = ("name", "version", "description", "requires-python", "license", "dependencies")
+    keep = ("name", "dynamic", "description", "requires-python", "dependencies")
     assert {k: recipe["project"][k] for k in keep} == {k: ours["project"][k] for k in keep}
+    # the same license, as a table an older setuptools reads (the recipe says why)
+    assert recipe["project"]["license"] == {"text": ours["project"]["license"]}
+    extras = dict(ours["project"]["optional-dependencies"])
+    del extras["dev"]
+    assert recipe["project"]["optional-dependencies"] == extras
     assert recipe["project"]["scripts"] == ours["project"]["scripts"]
-    for table in ("packages", "package-data"):
+    for table in ("packages", "package-data", "dynamic"):
         assert recipe["tool"]["setuptools"][table] == ours["tool"]["setuptools"][table]
 
 

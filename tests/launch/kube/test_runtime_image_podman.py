@@ -93,7 +93,7 @@ def test_role_entry_point_and_operator_run_as_non_root(engine: Engine, runtime_i
     out = run(engine, runtime_image, "surreal-kube-role", "--help")
     assert "usage: surreal-kube-role" in out and "replay-shard" in out
     assert run(engine, runtime_image, "id", "-u").strip() == "10001"
-    out = run(engine, runtime_image, "python", "-m", "surreal_kube.operator", "--help")
+    out = run(engine, runtime_image, "surreal-kube-operator", "--help")
     assert "--namespace" in out
 
 
