@@ -40,7 +40,11 @@ REASON = "reason"
 """Why the record is in its state, one line (set when the run finished: which budget)."""
 STARTED_AT = "started_at"
 """Unix time the experiment started, as its first tensorplex saw it: kept across tensorplex
-restarts (read back from the record), it is what `session.maxTimeSeconds` counts from."""
+restarts (read back from the record), shown; the time budget counts `ELAPSED`."""
+ELAPSED = "elapsed_seconds"
+"""Seconds the run has run, counted on tensorplex's monotonic clock and carried over its
+restarts (read back from the record): what `session.maxTimeSeconds` counts, so a step of the wall
+clock neither ends a run nor lengthens it."""
 FINISHED_AT = "finished_at"
 MAX_REASON = 300
 
@@ -71,6 +75,7 @@ class Record:
     reason: str | None = None
     started_at: float | None = None
     finished_at: float | None = None
+    elapsed_seconds: float | None = None
     schema: int = SCHEMA
 
     def to_json(self) -> str:
@@ -114,7 +119,13 @@ def from_mapping(data: Mapping[str, Any]) -> Record:
         reason=_text(data.get(REASON)),
         started_at=_float(data.get(STARTED_AT)),
         finished_at=_float(data.get(FINISHED_AT)),
+        elapsed_seconds=_seconds(data.get(ELAPSED)),
     )
+
+
+def _seconds(value: Any) -> float | None:
+    seconds = _float(value)
+    return seconds if seconds is not None and seconds >= 0 else None
 
 
 def parse(text: str | None) -> Record | None:

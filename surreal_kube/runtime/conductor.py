@@ -9,9 +9,10 @@ record and the rights its Role grants.
 1. The curve, as evaluations arrive: one point per evaluator's evaluation, the same fields as a
    local curve (session/results.py), appended to `results/curve.jsonl` on the experiment volume.
 2. The budget: global env steps >= `session.maxEnvSteps` (the sum of the agent processes' own
-   cumulative steps, or every agent process saying it took its share), or the seconds since the
-   experiment started >= `session.maxTimeSeconds`. The start time is kept in the progress record,
-   so a restarted tensorplex counts from the same moment.
+   cumulative steps, or every agent process saying it took its share), or the seconds the run
+   has run >= `session.maxTimeSeconds`. Those are counted on the monotonic clock and kept in the
+   progress record, so a restarted tensorplex goes on counting, and a step of the wall clock
+   neither ends the run nor lengthens it.
 3. The final evaluation: an evaluation that arrived after the budget was reached, of parameters at
    least as new as the newest the learner had published then. Evaluators are not signalled (they
    live in other pods); they evaluate every `evals.intervalSeconds`, so the wait is bounded by one
@@ -156,12 +157,11 @@ class Conductor:
         """One validated scalars message: an evaluation's result becomes a point of the curve."""
         if group != "evals" or EVAL_RETURN not in values:
             return
-        started = self.tracker.started_at or time.time()
         now = time.time()
         version = values.get(EVAL_VERSION)
         point = {
             "env_steps": step if step is not None else (self.tracker.env_steps or 0),
-            "wall_time": round(max(0.0, now - started), 3),
+            "wall_time": round(self.tracker.elapsed() or 0.0, 3),
             "eval_return": values[EVAL_RETURN],
             "eval_std": values.get(EVAL_STD),
             "episodes": self.exp.spec.evals.episodes,
@@ -192,8 +192,8 @@ class Conductor:
             groups = self.exp.spec.agents.groups
             if steps >= session.max_env_steps or (groups and done >= groups):
                 return f"reached {session.max_env_steps} env steps"
-        limit, started = session.max_time_seconds, t.started_at
-        if limit is not None and started is not None and time.time() - started >= limit:
+        limit, elapsed = session.max_time_seconds, t.elapsed()  # monotonic, kept over restarts
+        if limit is not None and elapsed is not None and elapsed >= limit:
             return f"reached {limit:g} s of wall time"
         return None
 
@@ -265,7 +265,6 @@ class Conductor:
         t = self.tracker
         with self._lock:
             points = list(self.points)
-        started = t.started_at or time.time()
         figures = t.learner_figures()
         lag = {k.split("/", 1)[1]: v for k, v in figures.items() if k.startswith("lag/")}
         replay = {k.split("/", 1)[1]: v for k, v in figures.items() if k.startswith("replay/")}
@@ -275,7 +274,7 @@ class Conductor:
             phase="Succeeded",
             reason=self.reason,
             env_steps=max(t.agents()[0], t.env_steps or 0),
-            elapsed=time.time() - started,
+            elapsed=t.elapsed() or 0.0,
             learner_iteration=t.iteration or 0,
             restarts=None,  # tensorplex cannot see pod restarts; `status` shows them
             health={

@@ -41,6 +41,9 @@ PERIOD = 5.0
 RATE_FRESH_SECONDS = 30.0
 """An agent's steps/s older than this no longer counts (its pod went away)."""
 TIMEOUT = 5.0
+RESTART_GAP_MAX = 300.0
+"""Seconds between a previous tensorplex's last record and this one's start that count as run
+time, at most (the run went on meanwhile; a wall clock stepped in that gap adds no more)."""
 CONFIGMAP_VAR = "SURREAL_PROGRESS_CONFIGMAP"
 DIR_VAR = "SURREAL_REPORTER_DIR"
 RESULTS_VAR = "SURREAL_RESULTS_CONFIGMAP"
@@ -89,6 +92,9 @@ class ProgressTracker:
         """The learner's newest scalars (policy lag and replay figures for the summary)."""
         self.finished_before = False
         """The record said finished when this tensorplex started: a restart after the end."""
+        self._elapsed_before = 0.0
+        """Run time of earlier tensorplexes (from the record), see `elapsed`."""
+        self._started_mono: float | None = None
 
     def observe(
         self,
@@ -146,6 +152,7 @@ class ProgressTracker:
     def record(self) -> progress.Record:
         """The record to write now."""
         now = time.monotonic()
+        elapsed = self.elapsed()
         with self._lock:
             fresh = [r for r, t in self._agent_rates.values() if now - t <= RATE_FRESH_SECONDS]
             return progress.Record(
@@ -161,7 +168,15 @@ class ProgressTracker:
                 reason=self.reason,
                 started_at=self.started_at,
                 finished_at=self.finished_at,
+                elapsed_seconds=None if elapsed is None else round(elapsed, 3),
             )
+
+    def elapsed(self) -> float | None:
+        """Seconds the run has run (earlier tensorplexes included), on the monotonic clock;
+        None until `restore` says where the count starts."""
+        if self._started_mono is None:
+            return None
+        return self._elapsed_before + time.monotonic() - self._started_mono
 
     def agents(self) -> tuple[int, int]:
         """(env steps of every agent process together, agent processes done), consistent."""
@@ -187,6 +202,8 @@ class ProgressTracker:
         counts from it) and a finished state with its reason; figures come back with metrics."""
         with self._lock:
             self.started_at = record.started_at if record and record.started_at else round(now, 3)
+            self._started_mono = time.monotonic()
+            self._elapsed_before = _elapsed_before(record, now)
             if record is None:
                 return
             # figures no one sends any more (the run finished, its roles are gone) stay shown
@@ -200,6 +217,19 @@ class ProgressTracker:
                 self.finished_before = True
                 self.state = progress.STATE_FINISHED
                 self.reason, self.finished_at = record.reason, record.finished_at
+
+
+def _elapsed_before(record: progress.Record | None, now: float) -> float:
+    """The run time a restarted tensorplex takes over: the record's count plus the gap since it
+    was written (at most RESTART_GAP_MAX); from the start time for a record without a count."""
+    if record is None:
+        return 0.0
+    if record.elapsed_seconds is not None:
+        gap = now - record.updated_at if record.updated_at is not None else 0.0
+        return record.elapsed_seconds + min(max(gap, 0.0), RESTART_GAP_MAX)
+    if record.started_at is not None:  # written before the count existed
+        return max(now - record.started_at, 0.0)
+    return 0.0
 
 
 class ConfigMapWriter:

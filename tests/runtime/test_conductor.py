@@ -128,3 +128,43 @@ def test_a_replaced_agent_pod_counting_from_zero_adds_to_what_its_predecessor_ma
     assert t.agents()[0] == 81_000
     t.observe("agents-0", "agents", 0, 0, 4.0, {"agent/env_steps": 5_000.0})
     assert t.agents()[0] == 85_000 and t.env_steps == 85_000
+
+
+def test_the_time_budget_counts_run_time_not_the_wall_clock(tmp_path: Any, monkeypatch) -> None:
+    t = ProgressTracker()
+    t.restore(None, now=time.time())
+    c = conductor_for(["session.maxTimeSeconds=60"], t, tmp_path)
+    real = time.time
+    monkeypatch.setattr(time, "time", lambda: real() + 86_400.0)  # NTP steps the clock a day
+    assert c.budget_reached() is None  # before: "reached 60 s of wall time" at once
+    record = t.record()
+    assert record.elapsed_seconds is not None and record.elapsed_seconds < 86_400  # not the step
+    monkeypatch.undo()
+
+
+def test_a_restarted_tensorplex_goes_on_counting_the_run_time(tmp_path: Any) -> None:
+    now = time.time()
+    # the previous tensorplex had counted 50 s and wrote its record 2 s ago
+    before = progress.Record(started_at=now - 3_600, elapsed_seconds=50.0, updated_at=now - 2)
+    t = ProgressTracker()
+    t.restore(progress.parse(before.to_json()), now=now)
+    assert t._elapsed_before == 52.0  # what it counts on from
+    assert conductor_for(["session.maxTimeSeconds=60"], t, tmp_path).budget_reached() is None
+    assert conductor_for(["session.maxTimeSeconds=52"], t, tmp_path).budget_reached() == (
+        "reached 52 s of wall time"
+    )
+    # a clock stepped a day forward while tensorplex restarted adds RESTART_GAP_MAX at most
+    stepped = progress.Record(elapsed_seconds=50.0, updated_at=now - 86_400)
+    t2 = ProgressTracker()
+    t2.restore(stepped, now=now)
+    from surreal_kube.runtime.reporter import RESTART_GAP_MAX
+
+    assert t2._elapsed_before == 50.0 + RESTART_GAP_MAX
+    # and one stepped back counts no gap at all (nor less than what was counted)
+    t3 = ProgressTracker()
+    t3.restore(progress.Record(elapsed_seconds=50.0, updated_at=now + 86_400), now=now)
+    assert t3._elapsed_before == 50.0
+    # a record written before the count existed: from its start time, as before
+    t4 = ProgressTracker()
+    t4.restore(progress.Record(started_at=now - 30), now=now)
+    assert t4._elapsed_before == 30.0
