@@ -251,8 +251,8 @@ def start_detached(folder: ExperimentFolder, timeout: float = 30.0) -> int:
         )
     finally:
         log.close()
-    deadline = time.time() + timeout
-    while time.time() < deadline:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
         state = read_json(folder.state) or {}
         if state.get("supervisor_pid") == proc.pid and state.get("phase") in ("Running", "Failed"):
             return proc.pid
@@ -270,8 +270,8 @@ def stop(exp: LocalExperiment, timeout: float = 60.0) -> None:
     pid = exp.state.get("supervisor_pid")
     if exp.running and pid:
         os.kill(pid, signal.SIGTERM)
-        deadline = time.time() + timeout
-        while time.time() < deadline and pid_alive(pid):
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline and pid_alive(pid):
             time.sleep(0.2)
     # children left behind by a supervisor that died (or did not stop in time)
     for info in (exp.state.get("processes") or {}).values():
@@ -416,8 +416,8 @@ def tensorboard(exp: LocalExperiment, port: int | None = None) -> str:
             exp.folder.path / "tensorboard.json",
             {"viewers": [*viewers, {"pid": proc.pid, "port": chosen}]},
         )
-    deadline = time.time() + 60
-    while time.time() < deadline:
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
         if not port_is_free(chosen):
             return f"http://127.0.0.1:{chosen}/"
         if proc.poll() is not None:
