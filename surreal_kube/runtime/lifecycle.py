@@ -135,6 +135,10 @@ class Heartbeat:
     Beat from the loop itself, never from a thread: a thread would go on beating while the loop
     is stuck inside an update. A loop that only waits for data still turns (its waits are short
     polls) and so still beats: waiting is alive, hanging is not.
+
+    Each beat writes the monotonic clock into the file (fixed width, one write): the probe runs
+    on the same kernel and compares with its own monotonic clock, so a step of the wall clock
+    (which moves file times) never makes a live loop look stuck and get its container killed.
     """
 
     def __init__(self, path: Path | None, period: float = HEARTBEAT_PERIOD) -> None:
@@ -157,12 +161,28 @@ class Heartbeat:
             return
         self._next = now + self.period
         try:
-            self.path.touch()
+            _write_beat(self.path, now)
         except OSError as exc:
             log.warning(
                 "cannot touch the heartbeat %s (%s): the liveness probe will fail", self.path, exc
             )
             self.path = None
+
+
+def _write_beat(path: Path, monotonic: float) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o644)
+    try:
+        os.pwrite(fd, f"{monotonic:020.3f}\n".encode(), 0)  # same width: never half of one
+    finally:
+        os.close(fd)
+
+
+def _beat_in(path: Path) -> float | None:
+    """The monotonic time a beat wrote into `path`; None for a file without one (touched)."""
+    try:
+        return float(path.read_bytes()[:64].decode("ascii").strip())
+    except (ValueError, UnicodeDecodeError):
+        return None
 
 
 def clear_heartbeat(env: dict[str, str] | None = None) -> None:
@@ -175,14 +195,21 @@ def clear_heartbeat(env: dict[str, str] | None = None) -> None:
 
 
 def heartbeat_problem(path: Path, max_age: float, now: float | None = None) -> str | None:
-    """Why `path` does not prove a live loop (missing, or older than `max_age` s); None if fresh."""
+    """Why `path` does not prove a live loop (missing, or older than `max_age` s); None if fresh.
+
+    The age is the monotonic clock's since the beat written in the file; only a file without one
+    is aged by its modification time (against `now`, Unix time)."""
     try:
         mtime = path.stat().st_mtime
+        beat = _beat_in(path)
     except FileNotFoundError:
         return f"no heartbeat at {path} yet: the role's main loop has not started"
     except OSError as exc:
         return f"cannot read the heartbeat {path}: {exc}"
-    age = (time.time() if now is None else now) - mtime
+    if beat is not None:
+        age = time.monotonic() - beat
+    else:
+        age = (time.time() if now is None else now) - mtime
     if age > max_age:
         return f"heartbeat {path} is {age:.0f} s old (bound {max_age:g} s): the main loop is stuck"
     return None

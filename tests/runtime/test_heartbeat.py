@@ -48,6 +48,21 @@ def test_problem_names_missing_stale_and_accepts_fresh(tmp_path):
     assert problem is not None and "100 s old (bound 10 s)" in problem
 
 
+def test_a_wall_clock_step_does_not_make_a_live_loop_look_stuck(tmp_path):
+    beat = tmp_path / "hb"
+    Heartbeat(beat).beat()
+    day_ago = time.time() - 86_400
+    os.utime(beat, (day_ago, day_ago))  # how the file looks after the clock stepped a day ahead
+    assert heartbeat_problem(beat, 60) is None
+    res = probe(beat, 60)  # before: "heartbeat ... is 86400 s old", and the kubelet kills it
+    assert res.returncode == 0, res.stderr
+    # a loop that really stopped beating is still found out, by the monotonic clock
+    beat.write_text(f"{time.monotonic() - 100:020.3f}\n")
+    problem = heartbeat_problem(beat, 10)
+    assert problem is not None and "the main loop is stuck" in problem
+    assert probe(beat, 10).returncode == 1
+
+
 def test_probe_refuses_a_bad_bound(tmp_path):
     res = probe(tmp_path / "hb", 0)
     assert res.returncode == 2 and "--max-age must be a positive number" in res.stderr
@@ -82,7 +97,8 @@ def test_a_waiting_learner_beats_and_a_stuck_one_fails_the_probe(local_run, tmp_
 
     def fresh_file() -> bool:
         try:
-            return beat.read_text() == ""  # removed at start, touched anew by the loop
+            # removed at start, written anew by the loop (its monotonic clock)
+            return beat.read_text().strip().replace(".", "").isdigit()
         except FileNotFoundError:
             return False
 
