@@ -18,13 +18,13 @@ DEB_PACKAGES := libegl1 libgl1 podman buildah runc catatonit debootstrap fuse-ov
 RUN_ROOT ?= $(CURDIR)/runs
 PYTEST_ARGS ?=
 
-.PHONY: install deb run test test-fast lint lock bench bench-quick clean help
+.PHONY: install deb run test test-fast lint typecheck lock bench bench-quick bench-report clean help
 
 help:
 	@echo "make run     - a small PPO experiment as local processes (installs what it needs)"
 	@echo "make test    - the whole test suite (builds or reuses the control plane)"
 	@echo "make bench   - every benchmark under bench/ (BENCH_ARGS=--quick for a quick run)"
-	@echo "make lint    - ruff and the layering contract"
+	@echo "make lint    - ruff, the layering contract and mypy (what .ci/run checks first)"
 	@echo "make lock    - re-resolve requirements/dev.lock in a fresh venv"
 
 install: $(STAMP)
@@ -64,15 +64,24 @@ test-fast: install
 lint: install
 	$(VENV)/bin/ruff check surreal_kube tests bench
 	$(VENV)/bin/lint-imports
+	$(MAKE) --no-print-directory typecheck
+	$(PYTHON) bench/report.py --check
+
+typecheck: install
+	$(VENV)/bin/mypy
 
 bench: install deb
 	@for b in bench/*.py; do \
-	  case $$b in bench/common.py) continue;; esac; \
+	  case $$b in bench/common.py|bench/report.py) continue;; esac; \
 	  echo "== $$b"; $(PYTHON) $$b $(BENCH_ARGS) || exit 1; \
 	done
 
 bench-quick:
 	$(MAKE) bench BENCH_ARGS=--quick
+
+# docs/benchmarks.md from the committed bench/results/*.json
+bench-report: install
+	$(PYTHON) bench/report.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache .mypy_cache

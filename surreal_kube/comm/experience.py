@@ -37,6 +37,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 import zmq
@@ -85,7 +86,7 @@ def stack_items(items: Sequence[Mapping[str, np.ndarray]]) -> list[tuple[wire.Ar
     Items of differing layout (a shorter last sub-trajectory, say) form separate groups, in order
     of first appearance, rather than failing.
     """
-    groups: dict[tuple, list[Mapping[str, np.ndarray]]] = {}
+    groups: dict[tuple[object, ...], list[Mapping[str, np.ndarray]]] = {}
     for item in items:
         groups.setdefault(_signature(item), []).append(item)
     out: list[tuple[wire.ArrayDict, int]] = []
@@ -320,7 +321,7 @@ class ExperienceReceiver:
         self.bytes += msg.nbytes
         return msg.arrays, count
 
-    def _schema2(self, meta: dict, arrays: wire.ArrayDict, count: int) -> bool:
+    def _schema2(self, meta: dict[str, Any], arrays: wire.ArrayDict, count: int) -> bool:
         version = arrays.get(PARAM_VERSION)
         if version is None or version.shape != (count,) or version.dtype != np.int64:
             self.rejects.add(

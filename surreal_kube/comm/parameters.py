@@ -44,7 +44,7 @@ def content_hash(params: Mapping[str, np.ndarray]) -> str:
     for name in sorted(params):
         array = np.ascontiguousarray(params[name])
         h.update(f"{name}|{array.dtype.str}|{array.shape}|".encode())
-        h.update(memoryview(array).cast("B") if array.ndim else array.tobytes())
+        h.update(array.data.cast("B") if array.ndim else array.tobytes())
     return h.hexdigest()
 
 
@@ -154,7 +154,7 @@ class ParameterPublisher:
         try:
             while True:
                 wait_ms = max(0.0, self._republish - (time.monotonic() - last_sent)) * 1000
-                events = dict(poller.poll(wait_ms))
+                events = dict(poller.poll(int(wait_ms)))
                 subscribed = False
                 if sock in events:
                     while sock.poll(0):
@@ -326,7 +326,7 @@ class ParameterClient:
         self.rebuilds = 0
         self._sock = self._new_socket()
 
-    def _new_socket(self) -> zmq.Socket:
+    def _new_socket(self) -> zmq.Socket[bytes]:
         return make_socket(zmq.REQ, connect=self.addr, sndtimeo_ms=int(self.timeout * 1000))
 
     @property
@@ -346,7 +346,8 @@ class ParameterClient:
         except zmq.ZMQError:
             ready = 0
         if not ready:
-            return self._failed()
+            self._failed()
+            return None
         frames = self._sock.recv_multipart(copy=False)
         msg = wire.try_decode(
             frames,
@@ -356,7 +357,8 @@ class ParameterClient:
             where="fetch reply",
         )
         if msg is None:
-            return self._failed(rebuild=False)
+            self._failed(rebuild=False)
+            return None
         if self.on_fetch_parameter_success is not None:
             self.on_fetch_parameter_success()
         if msg.kind == wire.NO_PARAMS:
@@ -369,7 +371,8 @@ class ParameterClient:
             info = _info(msg.meta)
         except wire.WireError as exc:
             self.rejects.add(exc, "fetch reply")
-            return self._failed(rebuild=False)
+            self._failed(rebuild=False)
+            return None
         self.info = info
         self.updates += 1
         self.last_outcome = "new"

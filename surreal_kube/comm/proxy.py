@@ -41,7 +41,7 @@ class Forwarder:
         self._ready = threading.Event()
         self._error: BaseException | None = None
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
-        self._control: zmq.Socket | None = None
+        self._control: zmq.Socket[bytes] | None = None
         self.frontend_addr = frontend_bind
         """The bound frontend address (a wildcard port resolved once started)."""
         self.backend_addr = backend_bind
@@ -60,7 +60,7 @@ class Forwarder:
 
     def _run(self) -> None:
         fk, fb, bk, bb = self._spec
-        socks: list[zmq.Socket] = []
+        socks: list[zmq.Socket[bytes]] = []
         try:
             front = make_socket(fk, bind=fb, sndhwm=self._hwm, rcvhwm=self._hwm)
             socks.append(front)

@@ -36,6 +36,7 @@ import threading
 import time
 from collections import Counter, deque
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import zmq
@@ -166,7 +167,7 @@ class SamplerBroker:
                 self.expired += 1
             self._pending.append(_Request(frames[0].bytes, frames[1:], time.monotonic() + ttl))
 
-    def _route_priorities(self, frames: list[zmq.Frame], meta: dict) -> None:
+    def _route_priorities(self, frames: list[zmq.Frame], meta: dict[str, Any]) -> None:
         index = meta.get("shard")
         shard = self._shard_by_index.get(index) if isinstance(index, int) else None
         if shard is None or len(frames) != 4:
@@ -233,7 +234,7 @@ class SampleServer:
         for _ in range(n):
             self.sock.send_multipart(credit)
 
-    def recv_request(self) -> tuple[bytes, int, dict] | None:
+    def recv_request(self) -> tuple[bytes, int, dict[str, Any]] | None:
         """A pending request without waiting: (client, batch size, meta), or None."""
         while True:
             try:
@@ -260,7 +261,9 @@ class SampleServer:
             return
         self.priority_updates.append((idx, prio))
 
-    def _request(self, client: bytes, msg: wire.Message) -> tuple[bytes, int, dict] | None:
+    def _request(
+        self, client: bytes, msg: wire.Message
+    ) -> tuple[bytes, int, dict[str, Any]] | None:
         if msg.arrays:
             self.rejects.add(wire.WireError("bad-meta", "a request carries no arrays"), "sampler")
             return None
@@ -270,7 +273,7 @@ class SampleServer:
             return None
         return client, size, msg.meta
 
-    def reply(self, client: bytes, meta: dict, arrays: wire.ArrayDict) -> None:
+    def reply(self, client: bytes, meta: dict[str, Any], arrays: wire.ArrayDict) -> None:
         """Send a batch to the client that asked (through the broker)."""
         self.sock.send_multipart(
             [REPLY, client, *wire.encode(wire.BATCH, meta, arrays)], copy=False
@@ -329,7 +332,7 @@ class Prefetcher:
         self._stop = threading.Event()
         self._ids = itertools.count()
         self._in_flight: dict[int, float] = {}
-        self._outbox: queue.SimpleQueue[list[object]] = queue.SimpleQueue()
+        self._outbox: queue.SimpleQueue[list[Any]] = queue.SimpleQueue()
         self.rejects = wire.Rejects(log)
         self.received = 0
         self.reissued = 0
@@ -430,7 +433,7 @@ class Prefetcher:
                     return
             time.sleep(0.01)
 
-    def _request_more(self, sock: zmq.Socket) -> None:
+    def _request_more(self, sock: zmq.Socket[bytes]) -> None:
         now = time.monotonic()
         for rid, deadline in list(self._in_flight.items()):
             if deadline < now:

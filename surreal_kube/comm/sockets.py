@@ -8,6 +8,8 @@ silently growing queue). Sockets are not thread-safe: each is used by the thread
 
 from __future__ import annotations
 
+from typing import Any
+
 import random
 
 import zmq
@@ -17,7 +19,7 @@ RECONNECT_JITTER_MS = 25
 DEFAULT_HWM = 64
 
 
-def context() -> zmq.Context:
+def context() -> zmq.Context[zmq.Socket[bytes]]:
     """The process-wide ZeroMQ context (one I/O thread is plenty for our message rates)."""
     return zmq.Context.instance()
 
@@ -34,8 +36,8 @@ def make_socket(
     immediate: bool = False,
     linger_ms: int = DEFAULT_LINGER_MS,
     reconnect_max_ms: int = 1000,
-    ctx: zmq.Context | None = None,
-) -> zmq.Socket:
+    ctx: zmq.Context[zmq.Socket[bytes]] | None = None,
+) -> zmq.Socket[bytes]:
     """A socket with our defaults, bound or connected to one address.
 
     It reconnects about 100 ms after a peer went away, backing off to `reconnect_max_ms` for a
@@ -43,7 +45,7 @@ def make_socket(
     The first interval is drawn per socket within RECONNECT_JITTER_MS of 100 ms: libzmq 4.3.5
     retries every socket at exactly 100, 200, 400, 800 ms..., so peers that lost a service
     together would otherwise knock again in lockstep."""
-    sock = (ctx or context()).socket(kind)
+    sock: zmq.Socket[bytes] = (ctx or context()).socket(kind)
     sock.setsockopt(zmq.LINGER, linger_ms)
     sock.setsockopt(zmq.SNDHWM, sndhwm)
     sock.setsockopt(zmq.RCVHWM, rcvhwm)
@@ -68,7 +70,7 @@ def make_socket(
     return sock
 
 
-def connect_and_wait(sock: zmq.Socket, addr: str, timeout: float) -> bool:
+def connect_and_wait(sock: zmq.Socket[bytes], addr: str, timeout: float) -> bool:
     """Connect and wait up to `timeout` seconds for the ZMTP handshake; True if it happened.
 
     Lets a role log whether its peer is reachable, and makes sure a load balancer counts this
@@ -84,13 +86,15 @@ def connect_and_wait(sock: zmq.Socket, addr: str, timeout: float) -> bool:
     return ok
 
 
-def bound_address(sock: zmq.Socket) -> str:
+def bound_address(sock: zmq.Socket[bytes]) -> str:
     """The address a socket actually bound (resolves `tcp://127.0.0.1:*` to a port)."""
     endpoint = sock.getsockopt(zmq.LAST_ENDPOINT)
     return endpoint.decode() if isinstance(endpoint, bytes) else str(endpoint)
 
 
-def bind_any_port(kind: int, host: str = "127.0.0.1", **options: object) -> tuple[zmq.Socket, str]:
+def bind_any_port(
+    kind: int, host: str = "127.0.0.1", **options: Any
+) -> tuple[zmq.Socket[bytes], str]:
     """A socket bound to a free port on `host` and its address (tests and benchmarks)."""
-    sock = make_socket(kind, bind=f"tcp://{host}:*", **options)  # type: ignore[arg-type]
+    sock = make_socket(kind, bind=f"tcp://{host}:*", **options)
     return sock, bound_address(sock)

@@ -140,7 +140,7 @@ def encode(
 
 
 def _buffer(frame: Any) -> memoryview:
-    buf = getattr(frame, "buffer", None)  # zmq.Frame
+    buf: memoryview | None = getattr(frame, "buffer", None)  # zmq.Frame
     if buf is not None:
         return buf
     return memoryview(frame)

@@ -11,7 +11,7 @@ import importlib.util
 import queue
 import threading
 from pathlib import Path
-from typing import Any
+from typing import Any, SupportsFloat
 
 import gymnasium as gym
 import numpy as np
@@ -113,7 +113,7 @@ class VideoRecorder(gym.Wrapper):
         self._capture()
         return out
 
-    def step(self, action: Any) -> tuple[Any, float, bool, bool, dict[str, Any]]:
+    def step(self, action: Any) -> tuple[Any, SupportsFloat, bool, bool, dict[str, Any]]:
         out = self.env.step(action)
         self._capture()
         return out

@@ -8,7 +8,7 @@ model on the learner's device (see `surreal_kube.rl.models.scale_uint8`).
 from __future__ import annotations
 
 from collections import deque
-from typing import Any
+from typing import Any, SupportsFloat
 
 import gymnasium as gym
 import numpy as np
@@ -23,7 +23,7 @@ class ActionRepeat(gym.Wrapper):
         super().__init__(env)
         self.repeat = repeat
 
-    def step(self, action: Any) -> tuple[Any, float, bool, bool, dict[str, Any]]:
+    def step(self, action: Any) -> tuple[Any, SupportsFloat, bool, bool, dict[str, Any]]:
         total = 0.0
         for _ in range(self.repeat):
             obs, reward, terminated, truncated, info = self.env.step(action)
@@ -109,7 +109,7 @@ class FrameStack(gym.Wrapper):
             self._frames.append(obs)
         return self._stacked(), info
 
-    def step(self, action: Any) -> tuple[Any, float, bool, bool, dict[str, Any]]:
+    def step(self, action: Any) -> tuple[Any, SupportsFloat, bool, bool, dict[str, Any]]:
         obs, reward, terminated, truncated, info = self.env.step(action)
         self._frames.append(obs)
         return self._stacked(), reward, terminated, truncated, info

@@ -11,7 +11,7 @@ import copy
 import json
 import re
 import typing
-from collections.abc import Mapping, Sequence, Sized
+from collections.abc import Callable, Mapping, Sequence, Sized
 from pathlib import Path
 from typing import Any
 
@@ -116,6 +116,8 @@ class _Limits:
             node = yaml.composer.Composer.compose_node(self, parent, index)  # type: ignore[arg-type]
         finally:
             self._depth -= 1
+        if node is None:  # PyYAML composes a node here or raises; its stubs allow None
+            raise SpecError(f"{self.source}: a YAML value that composes to nothing")
         size, height = self._measure_node(node)
         self._count += size if alias else 1
         if self._count > MAX_NODES:
@@ -170,7 +172,7 @@ def _loader(text: str, source: str) -> Any:
         loader: Any = PyLoader(text)
     else:
 
-        class CLoader(_Limits, parser, SafeConstructor, Resolver):  # type: ignore[misc,valid-type]
+        class CLoader(_Limits, parser, SafeConstructor, Resolver):  # type: ignore[misc]
             # libyaml's parser composes in C; the Python composer (with the limits) is used
             get_single_node = Composer.get_single_node
             compose_document = Composer.compose_document
@@ -277,9 +279,11 @@ def _short(text: str, limit: int = 80) -> str:
 
 
 def nest(path: Sequence[str], value: Any) -> dict[str, Any]:
-    """['a', 'b'], 1 -> {'a': {'b': 1}}."""
-    out: Any = value
-    for part in reversed(path):
+    """['a', 'b'], 1 -> {'a': {'b': 1}} (a path of at least one key)."""
+    if not path:
+        raise ValueError("nest needs a path of at least one key")
+    out: dict[str, Any] = {path[-1]: value}
+    for part in reversed(path[:-1]):
         out = {part: out}
     return out
 
@@ -408,7 +412,7 @@ def _message(err: Mapping[str, Any], loc: list[str]) -> str:
         hint = did_you_mean(key, known) if known else ""
         valid = f" (valid keys: {', '.join(sorted(known))})" if known and not hint else ""
         return f"unknown key {key!r}{hint}{valid}"
-    rules = {
+    rules: dict[str, Callable[[], str]] = {
         "greater_than_equal": lambda: f"must be >= {ctx.get('ge')}, got {got!r}",
         "greater_than": lambda: f"must be > {ctx.get('gt')}, got {got!r}",
         "less_than_equal": lambda: f"must be <= {ctx.get('le')}, got {got!r}",
@@ -439,7 +443,7 @@ def _message(err: Mapping[str, Any], loc: list[str]) -> str:
     }
     if kind in rules:
         return rules[kind]()
-    msg = err["msg"]
+    msg = str(err["msg"])
     for prefix in ("Value error, ", "Assertion failed, "):
         msg = msg.removeprefix(prefix)
     return msg

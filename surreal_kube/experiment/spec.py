@@ -6,7 +6,7 @@ exists in exactly one place and its description here is what `--help` and the CR
 
 from __future__ import annotations
 
-from typing import Literal, NamedTuple
+from typing import Final, Literal, NamedTuple
 
 from pydantic import Field, field_validator, model_validator
 
@@ -14,8 +14,8 @@ from surreal_kube.experiment.algorithms import AlgorithmConfig, PPOConfig
 from surreal_kube.experiment.quantity import CpuQuantity, MemoryQuantity
 from surreal_kube.schema import SpecModel
 
-API_VERSION = "surreal.ai/v1alpha1"
-KIND = "Experiment"
+API_VERSION: Final = "surreal.ai/v1alpha1"
+KIND: Final = "Experiment"
 
 COMPONENTS = (
     "learner",

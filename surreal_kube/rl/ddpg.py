@@ -32,7 +32,7 @@ from surreal_kube.rl.trajectory import NStepWriter
 ActorMode = Literal["train", "eval_deterministic", "eval_stochastic"]
 
 
-def _check_action_space(space: gym.Space) -> gym.spaces.Box:
+def _check_action_space(space: gym.Space[Any]) -> gym.spaces.Box:
     if not isinstance(space, gym.spaces.Box) or len(space.shape) != 1:
         raise ValueError(f"DDPG needs a 1-D Box action space, got {space}")
     if not (np.all(np.isfinite(space.low)) and np.all(np.isfinite(space.high))):
@@ -40,7 +40,7 @@ def _check_action_space(space: gym.Space) -> gym.spaces.Box:
     return space
 
 
-def _z_filter(config: DDPGConfig, obs_space: gym.Space) -> ZFilter | None:
+def _z_filter(config: DDPGConfig, obs_space: gym.Space[Any]) -> ZFilter | None:
     shapes = obs_shapes(obs_space)
     if not config.use_z_filter or "low_dim" not in shapes:
         return None
@@ -53,8 +53,8 @@ class DDPGAgentActor:
     def __init__(
         self,
         config: DDPGConfig,
-        obs_space: gym.Space,
-        action_space: gym.Space,
+        obs_space: gym.Space[Any],
+        action_space: gym.Space[Any],
         mode: ActorMode = "train",
         agent_id: int = 0,
         num_agents: int = 1,
@@ -104,13 +104,15 @@ class DDPGAgentActor:
             x = parts["low_dim"].astype(np.float32).reshape(-1)
             if self.z_filter is not None:
                 x = self.z_filter.normalize(x)
-            return np.tanh(self._np_net(x))
+            out: np.ndarray = np.tanh(self._np_net(x))
+            return out
         inputs = {}
         for key, value in parts.items():
             if key == "low_dim" and self.z_filter is not None:
                 value = self.z_filter.normalize(value)
             inputs[key] = torch.as_tensor(value, device=self.device)[None]
-        return self.net(inputs)[0].detach().cpu().numpy()
+        action: np.ndarray = self.net(inputs)[0].detach().cpu().numpy()
+        return action
 
     @torch.inference_mode()
     def act(self, obs: Any) -> np.ndarray:
@@ -160,8 +162,8 @@ class DDPGLearner:
     def __init__(
         self,
         config: DDPGConfig,
-        obs_space: gym.Space,
-        action_space: gym.Space,
+        obs_space: gym.Space[Any],
+        action_space: gym.Space[Any],
         device: torch.device | str = "cpu",
         seed: int | None = None,
     ) -> None:
@@ -274,7 +276,8 @@ class DDPGLearner:
             target = losses.td_targets(rewards, discounts, terminals, next_q)
 
         qs = [critic(obs, actions) for critic in self.critics]
-        critic_loss = sum(losses.critic_loss(q, target, weights) for q in qs)
+        critic_losses = [losses.critic_loss(q, target, weights) for q in qs]
+        critic_loss = sum(critic_losses[1:], critic_losses[0])  # twin critics: the sum
         self.opt_critic.zero_grad(set_to_none=True)
         critic_loss.backward()
         if cfg.max_grad_norm is not None:

@@ -51,7 +51,8 @@ class DiagGaussian:
     def sample_np(self, info: np.ndarray, rng: np.random.Generator) -> np.ndarray:
         """One draw per row of `info` (numpy, agent side)."""
         mean, log_std = info[..., : self.action_dim], info[..., self.action_dim :]
-        return (mean + np.exp(log_std) * rng.standard_normal(mean.shape)).astype(np.float32)
+        draw: np.ndarray = mean + np.exp(log_std) * rng.standard_normal(mean.shape)
+        return draw.astype(np.float32)
 
     def mode_np(self, info: np.ndarray) -> np.ndarray:
         """The most likely action: the mean."""
@@ -61,7 +62,8 @@ class DiagGaussian:
         """log pi(a) in numpy (agent side)."""
         mean, log_std = info[..., : self.action_dim], info[..., self.action_dim :]
         z = (actions - mean) * np.exp(-log_std)
-        return (-0.5 * z**2 - log_std - 0.5 * LOG_2PI).sum(-1).astype(np.float32)
+        out: np.ndarray = (-0.5 * z**2 - log_std - 0.5 * LOG_2PI).sum(-1).astype(np.float32)
+        return out
 
 
 class Categorical:
@@ -92,16 +94,19 @@ class Categorical:
     @staticmethod
     def _log_softmax_np(info: np.ndarray) -> np.ndarray:
         z = info - info.max(axis=-1, keepdims=True)
-        return z - np.log(np.exp(z).sum(axis=-1, keepdims=True))
+        out: np.ndarray = z - np.log(np.exp(z).sum(axis=-1, keepdims=True))
+        return out
 
     def sample_np(self, info: np.ndarray, rng: np.random.Generator) -> np.ndarray:
         """One draw per row of logits (Gumbel-max trick: exact and vectorized)."""
         gumbel = -np.log(-np.log(rng.random(info.shape) + 1e-300) + 1e-300)
-        return np.argmax(info + gumbel, axis=-1).astype(np.int64)
+        out: np.ndarray = np.argmax(info + gumbel, axis=-1).astype(np.int64)
+        return out
 
     def mode_np(self, info: np.ndarray) -> np.ndarray:
         """The most likely action."""
-        return np.argmax(info, axis=-1).astype(np.int64)
+        out: np.ndarray = np.argmax(info, axis=-1).astype(np.int64)
+        return out
 
     def log_prob_np(self, info: np.ndarray, actions: np.ndarray) -> np.ndarray:
         """log pi(a) in numpy (agent side)."""

@@ -8,7 +8,7 @@ so the same spec gives the same objects whatever runs them. `spec` is an
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import gymnasium as gym
 import torch
@@ -43,7 +43,7 @@ def env_slot_seeds(
     Derived from the experiment seed, the index, the environment index and the restart count
     (see `surreal_kube.rl.seeding`): every environment explores with its own noise.
     """
-    purpose = "train" if mode == "train" else "eval"
+    purpose: Literal["train", "eval"] = "train" if mode == "train" else "eval"
     return slot_seeds(spec.session.seed, agent_id, env_index, restarts, purpose)
 
 
@@ -51,8 +51,8 @@ def make_actor(
     spec: ExperimentSpec,
     agent_id: int,
     mode: Mode,
-    obs_space: gym.Space,
-    action_space: gym.Space,
+    obs_space: gym.Space[Any],
+    action_space: gym.Space[Any],
     device: str | torch.device | None = None,
     seed: int | None = None,
 ) -> Actor:
@@ -82,8 +82,8 @@ def make_actor(
 
 def make_learner(
     spec: ExperimentSpec,
-    obs_space: gym.Space,
-    action_space: gym.Space,
+    obs_space: gym.Space[Any],
+    action_space: gym.Space[Any],
     device: str | torch.device | None = None,
 ) -> Learner:
     """The learner; device: `spec.session.learner_device` (auto: CUDA if present) unless given."""

@@ -70,7 +70,8 @@ class RunningMeanStd:
     @property
     def std(self) -> np.ndarray:
         """Population standard deviation."""
-        return np.sqrt(self.var)
+        out: np.ndarray = np.sqrt(self.var)
+        return out
 
     def to_arrays(self, prefix: str) -> ArrayDict:
         """The statistics as flat arrays (for parameters and checkpoints)."""

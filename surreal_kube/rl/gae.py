@@ -71,7 +71,8 @@ def normalize_advantages(
     n = max(float(m.sum()), 1.0)
     mean = float((adv * m).sum() / n)
     std = float(np.sqrt((((adv - mean) * m) ** 2).sum() / n))
-    return ((adv - mean) / (std + eps) * m).astype(np.float32)
+    out: np.ndarray = ((adv - mean) / (std + eps) * m).astype(np.float32)
+    return out
 
 
 def discounted_nstep(rewards: np.ndarray, gamma: float) -> float:

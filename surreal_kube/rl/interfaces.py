@@ -66,8 +66,9 @@ class Learner(Protocol):
 class ReplayBuffer(Protocol):
     """Holds replay items; FIFO, uniform and prioritized share this interface."""
 
-    def add(self, item: ArrayDict) -> None:
-        """Insert one item (dropping the oldest when full)."""
+    def add(self, item: ArrayDict) -> object:
+        """Insert one item (dropping the oldest when full); what it returns (a slot, or
+        nothing) is the implementation's."""
 
     def __len__(self) -> int:
         """Items currently held."""

@@ -72,7 +72,8 @@ class CNNStem(nn.Module):
 
     def forward(self, pixels: torch.Tensor) -> torch.Tensor:
         """uint8 or float frames (N, C, H, W) -> features (N, features)."""
-        return self.fc(self.conv(scale_uint8(pixels)))
+        out: torch.Tensor = self.fc(self.conv(scale_uint8(pixels)))
+        return out
 
 
 class ObsEncoder(nn.Module):
@@ -166,7 +167,7 @@ class PPOModel(nn.Module):
 
     def policy_info(self, features: torch.Tensor) -> torch.Tensor:
         """Distribution info: logits, or concat(mean, log_std)."""
-        out = self.actor(features)
+        out: torch.Tensor = self.actor(features)
         if self.log_std is None:
             return out
         return torch.cat([out, self.log_std.expand_as(out)], dim=-1)
@@ -174,7 +175,8 @@ class PPOModel(nn.Module):
     def value(self, features: torch.Tensor) -> torch.Tensor:
         """The critic head's output, shape features.shape[:-1]: V(s), in the units of the
         learner's value normalizer when it has one (`PPOLearner._values` maps them back)."""
-        return self.critic(features).squeeze(-1)
+        out: torch.Tensor = self.critic(features).squeeze(-1)
+        return out
 
     def actor_parameters(self) -> list[nn.Parameter]:
         """What the policy optimizer updates: stems, actor head, log std."""
@@ -220,7 +222,8 @@ class DDPGCritic(nn.Module):
 
     def forward(self, obs: Mapping[str, torch.Tensor], action: torch.Tensor) -> torch.Tensor:
         """Q values, shape (N,)."""
-        return self.net(torch.cat([self.encoder(obs), action], dim=-1)).squeeze(-1)
+        out: torch.Tensor = self.net(torch.cat([self.encoder(obs), action], dim=-1)).squeeze(-1)
+        return out
 
 
 class NumpyMLP:

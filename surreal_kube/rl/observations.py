@@ -18,7 +18,7 @@ from surreal_kube.rl.interfaces import ArrayDict
 OBS_KEYS = ("low_dim", "pixel")
 
 
-def obs_shapes(space: gym.Space) -> dict[str, tuple[int, ...]]:
+def obs_shapes(space: gym.Space[Any]) -> dict[str, tuple[int, ...]]:
     """Shapes of the dict form of observations from `space` (Box or Dict of low_dim / pixel)."""
     if isinstance(space, gym.spaces.Box):
         return {"low_dim": tuple(space.shape)}
@@ -28,7 +28,10 @@ def obs_shapes(space: gym.Space) -> dict[str, tuple[int, ...]]:
             raise ValueError(
                 f"observation dict keys must be low_dim / pixel, got {sorted(unknown)}"
             )
-        return {k: tuple(s.shape) for k, s in space.spaces.items()}  # type: ignore[union-attr]
+        shapes = {k: s.shape for k, s in space.spaces.items()}
+        if shapeless := sorted(k for k, shape in shapes.items() if shape is None):
+            raise ValueError(f"observation dict entries without a shape: {shapeless}")
+        return {k: tuple(shape) for k, shape in shapes.items() if shape is not None}
     raise ValueError(f"unsupported observation space {space}: use a Box or a Dict(low_dim, pixel)")
 
 

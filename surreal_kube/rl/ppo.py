@@ -52,7 +52,7 @@ from surreal_kube.rl.value_norm import ValueNormalizer
 ActorMode = Literal["train", "eval_deterministic", "eval_stochastic"]
 
 
-def make_distribution(action_space: gym.Space) -> Distribution:
+def make_distribution(action_space: gym.Space[Any]) -> Distribution:
     """Diagonal Gaussian for Box actions, categorical for Discrete."""
     if isinstance(action_space, gym.spaces.Discrete):
         return Categorical(int(action_space.n))
@@ -61,7 +61,9 @@ def make_distribution(action_space: gym.Space) -> Distribution:
     raise ValueError(f"PPO supports Discrete and 1-D Box action spaces, got {action_space}")
 
 
-def build_model(config: PPOConfig, obs_space: gym.Space, action_space: gym.Space) -> PPOModel:
+def build_model(
+    config: PPOConfig, obs_space: gym.Space[Any], action_space: gym.Space[Any]
+) -> PPOModel:
     """The actor-critic a config describes, for these spaces."""
     dist = make_distribution(action_space)
     action_dim = 1 if dist.discrete else dist.info_dim // 2
@@ -77,7 +79,7 @@ def build_model(config: PPOConfig, obs_space: gym.Space, action_space: gym.Space
     )
 
 
-def _z_filter(config: PPOConfig, obs_space: gym.Space) -> ZFilter | None:
+def _z_filter(config: PPOConfig, obs_space: gym.Space[Any]) -> ZFilter | None:
     shapes = obs_shapes(obs_space)
     if not config.use_z_filter or "low_dim" not in shapes:
         return None
@@ -90,8 +92,8 @@ class PPOActor:
     def __init__(
         self,
         config: PPOConfig,
-        obs_space: gym.Space,
-        action_space: gym.Space,
+        obs_space: gym.Space[Any],
+        action_space: gym.Space[Any],
         mode: ActorMode = "train",
         seed: int | None = None,
         device: torch.device | str = "cpu",
@@ -187,7 +189,8 @@ class PPOActor:
             }
         if self._low is not None:
             # The raw sample is what the policy scores; the env gets it clipped to its bounds.
-            return np.clip(action, self._low, self._high).astype(np.float32)
+            out: np.ndarray = np.clip(action, self._low, self._high).astype(np.float32)
+            return out
         return action
 
     def observe(
@@ -227,8 +230,8 @@ class PPOLearner:
     def __init__(
         self,
         config: PPOConfig,
-        obs_space: gym.Space,
-        action_space: gym.Space,
+        obs_space: gym.Space[Any],
+        action_space: gym.Space[Any],
         device: torch.device | str = "cpu",
         seed: int | None = None,
     ) -> None:
@@ -248,7 +251,7 @@ class PPOLearner:
         self.lr_scale = schedule_from_config(config.lr_schedule, 1.0)
         self.z_filter = _z_filter(config, obs_space)
         self.r_filter = RewardFilter() if config.use_r_filter else None
-        self.value_norm = ValueNormalizer(self.model.critic[-1]) if config.value_norm else None
+        self.value_norm = ValueNormalizer(self._critic_head()) if config.value_norm else None
         self.clip_epsilon = config.clip_epsilon
         self.beta = config.beta_init
         self.iteration = 0
@@ -618,6 +621,13 @@ class PPOLearner:
                         kl = float(self.dist.kl(ref_info, info).mean())
                     policy_on = not self._stop_early(kl)
         return epochs_run, kl, grad_norm, stats, vloss.detach()
+
+    def _critic_head(self) -> torch.nn.Linear:
+        """The critic's last layer, which PopArt rescales when the value statistics move."""
+        head = self.model.critic[-1]
+        if not isinstance(head, torch.nn.Linear):
+            raise TypeError(f"the critic must end in a Linear layer, not {type(head).__name__}")
+        return head
 
     def _values(self, features: torch.Tensor) -> torch.Tensor:
         """V(s) in return units (the critic's head may work in normalized units)."""

@@ -179,7 +179,8 @@ class PrioritizedReplay(UniformReplay):
         total = self._sum.sum(0, self._size)
         masses = self._rng.random(batch_size) * total
         masses = np.minimum(masses, np.nextafter(total, 0))
-        return np.minimum(self._sum.find_prefixsum_idx(masses), self._size - 1)
+        out: np.ndarray = np.minimum(self._sum.find_prefixsum_idx(masses), self._size - 1)
+        return out
 
     def sample(self, batch_size: int, beta: float | None = None) -> ArrayDict:
         """A batch plus `indices` and importance `weights` (float32)."""

@@ -8,8 +8,6 @@ priorities per iteration and a Python loop per item would dominate the replay's 
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import numpy as np
 
 
@@ -19,7 +17,7 @@ class SegmentTree:
     def __init__(
         self,
         capacity: int,
-        operation: Callable[[np.ndarray, np.ndarray], np.ndarray],
+        operation: np.ufunc,
         neutral: float,
     ) -> None:
         if capacity <= 0 or capacity & (capacity - 1):

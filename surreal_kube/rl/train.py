@@ -27,6 +27,7 @@ import torch
 from surreal_kube.envs import check_env, make_env
 from surreal_kube.experiment.spec import ExperimentSpec
 from surreal_kube.rl.factory import (
+    Mode,
     env_slot_seeds,
     make_actor,
     make_learner,
@@ -129,7 +130,9 @@ def train(
         make_actor(spec, i // per_agent, "train", obs_space, action_space, seed=seeds[i][1])
         for i in range(n_envs)
     ]
-    eval_mode = "eval_deterministic" if spec.evals.mode == "deterministic" else "eval_stochastic"
+    eval_mode: Mode = (
+        "eval_deterministic" if spec.evals.mode == "deterministic" else "eval_stochastic"
+    )
     eval_actor = make_actor(spec, 0, eval_mode, obs_space, action_space)
     eval_env = make_env(spec.env)
     params = learner.parameters()

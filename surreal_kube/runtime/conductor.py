@@ -82,6 +82,12 @@ class Api(Protocol):
     def scale_to_zero(self, workload: str) -> None: ...
 
 
+def _param_version(progress: Mapping[str, Any]) -> int:
+    """The parameter version a progress report names; -1 when it names none."""
+    version = progress.get("param_version")
+    return int(version) if version is not None else -1
+
+
 def workloads_from_env(environ: Mapping[str, str] | None = None) -> list[str]:
     """`deployments/<name>` ... in release order, as the renderer listed them (WORKLOADS_VAR)."""
     env = os.environ if environ is None else environ
@@ -240,8 +246,7 @@ class Conductor:
                 fresh = [
                     p
                     for _, p in self._since_budget
-                    if (p.get("param_version") if p.get("param_version") is not None else -1)
-                    >= self.wanted_version
+                    if _param_version(p) >= self.wanted_version
                 ]
             if fresh:
                 self.final = fresh[-1]

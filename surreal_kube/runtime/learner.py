@@ -379,7 +379,8 @@ class LearnerRole(RoleBase):
         if self.best.keep_best <= 0:
             return
         best = self.best.best()
-        if len(best) >= self.best.keep_best and score <= best[self.best.keep_best - 1].score:
+        worst = best[self.best.keep_best - 1].score if len(best) >= self.best.keep_best else None
+        if worst is not None and score <= worst:  # best() holds scored checkpoints only
             return
         params = self.snapshots.get(version)
         if params is None:

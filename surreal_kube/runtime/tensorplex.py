@@ -187,8 +187,8 @@ class ScalarWriter:
             for tag, (total, n, step, stamp) in acc.items():
                 by_step[None if step < 0 else int(step)][tag] = total / n
                 last = max(last, stamp)
-            for step, values in by_step.items():
-                self.write(run, values, step, last)
+            for at, values in by_step.items():
+                self.write(run, values, at, last)
         self._bins.clear()
 
     def flush(self) -> None:

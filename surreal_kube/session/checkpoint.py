@@ -264,7 +264,7 @@ class Checkpoint:
         path = self.path_for(global_steps)
         atomic_write(path, lambda f: torch.save(payload, f))
         self._entries[int(global_steps)] = CheckpointInfo(
-            int(global_steps), meta["score"], now, path.name
+            int(global_steps), None if score is None else float(score), now, path.name
         )
         self._prune(int(global_steps))
         self._write_index()

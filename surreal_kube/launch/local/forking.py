@@ -151,7 +151,7 @@ class ForkServer:
             if child is not None:
                 child.returncode = int(message["code"])
         elif "id" in message:
-            child = self._pending.pop(int(message["id"]), None)  # type: ignore[arg-type]
+            child = self._pending.pop(int(message["id"]), None)
             if child is None:
                 return
             if "pid" in message:

@@ -60,7 +60,7 @@ def leftover_pids(folder: Path, state: dict[str, Any]) -> dict[str, int]:
     found = {}
     for name, info in (state.get("processes") or {}).items():
         pid = info.get("pid") if isinstance(info, dict) else None
-        if is_role_of(pid, folder):
+        if pid is not None and is_role_of(pid, folder):
             found[name] = int(pid)
     return found
 
