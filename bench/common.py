@@ -3,19 +3,61 @@
 Every `bench/<name>.py [--quick]` measures our path and its reference in the same run, prints a
 table and writes `bench/results/<name>.json`: a list of rows
 `{"metric", "ours", "reference", "unit", "better", "ratio"}`, where `ratio` is ours/reference when
-higher is better and reference/ours when lower is better, so above 1 always means ahead.
+higher is better and reference/ours when lower is better, so above 1 always means ahead. Each row
+also says when and where it was measured (`date`, `machine`, `quick`): a figure means little
+without them, and `bench/report.py` writes them beside it into docs/benchmarks.md.
 """
 
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
 import math
+import os
+import platform
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
 RESULTS = Path(__file__).resolve().parent / "results"
+_quick: bool | None = None
+"""Whether this run is `--quick` (set by parse_args; None for a bench with its own options)."""
+
+
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def _memory_gib() -> float | None:
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemTotal:"):
+                return int(line.split()[1]) / (1 << 20)
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+def machine() -> str:
+    """This machine in one line: cores, processor, memory, system, Python, and how busy it was
+    (the load average when the results are written: a loaded machine's figures are slower)."""
+    memory = _memory_gib()
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
+    parts = [
+        f"{os.cpu_count()} cores ({_cpu_model()})",
+        f"{memory:.0f} GiB" if memory is not None else None,
+        f"{platform.system()} {platform.release()}",
+        f"Python {platform.python_version()}",
+        f"load average {load:.1f}" if load is not None else None,
+    ]
+    return ", ".join(p for p in parts if p)
 
 
 @dataclass(frozen=True)
@@ -57,7 +99,10 @@ def parse_args(description: str) -> argparse.Namespace:
     """The common command line: `--quick` (under a minute)."""
     parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--quick", action="store_true", help="short run, under a minute")
-    return parser.parse_args()
+    args = parser.parse_args()
+    global _quick
+    _quick = bool(args.quick)
+    return args
 
 
 def _fmt(value: float) -> str:
@@ -76,9 +121,14 @@ def print_table(name: str, rows: list[Row]) -> None:
         print("  ".join(str(x).ljust(w) for x, w in zip(line, widths, strict=True)))
 
 
-def write_results(name: str, rows: list[Row]) -> Path:
-    """Write `bench/results/<name>.json` and return its path."""
+def write_results(name: str, rows: list[Row], quick: bool | None = None) -> Path:
+    """Write `bench/results/<name>.json` (each row with the date and machine) and its path."""
     RESULTS.mkdir(parents=True, exist_ok=True)
     path = RESULTS / f"{name}.json"
-    path.write_text(json.dumps([r.to_dict() for r in rows], indent=2) + "\n")
+    stamp = {
+        "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "machine": machine(),
+        "quick": _quick if quick is None else quick,
+    }
+    path.write_text(json.dumps([{**r.to_dict(), **stamp} for r in rows], indent=2) + "\n")
     return path

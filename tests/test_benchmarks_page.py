@@ -1,0 +1,43 @@
+"""docs/benchmarks.md is generated from bench/results/*.json (bench/report.py): every figure in
+it has the JSON row that backs it, with the date and the machine it was measured on."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "bench"))
+
+import report  # noqa: E402
+
+
+def test_the_committed_page_is_what_the_results_give() -> None:
+    assert report.PAGE.read_text() == report.render(), "run python bench/report.py"
+
+
+def test_each_figure_comes_with_its_date_and_machine(tmp_path: Path) -> None:
+    bench, results = tmp_path / "bench", tmp_path / "results"
+    bench.mkdir()
+    results.mkdir()
+    for name in ("alpha", "beta", "common"):
+        (bench / f"{name}.py").write_text(f'"""Benchmark {name}: what it measures.\n\nMore."""\n')
+    row = {"metric": "m", "ours": 2.0, "reference": 1.0, "unit": "s", "better": "lower"}
+    (results / "alpha.json").write_text(
+        json.dumps(
+            [
+                {**row, "ratio": 0.5, "date": "2026-12-03T10:00:00Z", "machine": "2 cores"},
+                {**row, "metric": "old", "ratio": 0.5},  # written before rows had a date
+            ]
+        )
+    )
+    page = report.render(results, bench)
+    assert "Measured 2026-12-03T10:00:00Z on 2 cores." in page
+    assert "Measured date not recorded on machine not recorded." in page
+    assert "| m | 2 | 1 | s | 0.50 |" in page
+    assert page.endswith(
+        "## Not measured here\n\nNo committed results; each figure comes from running the "
+        "benchmark:\n\n- `python bench/beta.py`: Benchmark beta: what it measures.\n"
+    )
+    assert "common" not in page
