@@ -8,7 +8,8 @@
   needs just to read, check and print the objects we produced.
 - apply: seconds from nothing to every pod Running for the 1000-agent experiment (64 with --quick)
   on the test control plane (real kube-apiserver, controllers and scheduler; kwok nodes), applied
-  our way (render, then `launch.kube.apply.create_objects`: server-side apply, root first, then
+  our way (render, then `launch.kube.lifecycle.apply.create_objects`: server-side apply, root
+  first, then
   owned objects). Reference: `kubectl apply -f` of the same manifests (rendered beforehand, not
   timed), then the same wait. Each run gets a fresh namespace, emptied before the next run.
 
@@ -36,7 +37,7 @@ from common import Row, parse_args, print_table, write_results  # noqa: E402
 from surreal_kube.experiment.resolve import resolve_experiment  # noqa: E402
 from surreal_kube.experiment.spec import Experiment  # noqa: E402
 from surreal_kube.launch.kube.profile import profile_from_dict  # noqa: E402
-from surreal_kube.launch.kube.render import dump_objects, render_experiment  # noqa: E402
+from surreal_kube.launch.kube.render.objects import dump_objects, render_experiment  # noqa: E402
 
 COMPONENTS = ("learner", "agent", "eval", "replay", "ps", "tensorplex", "loggerplex", "tensorboard")
 TINY = [f"resources.{c}.cpu=10m" for c in COMPONENTS] + [
@@ -129,7 +130,7 @@ def wait_running(kube: Any, namespace: str, expected: int, timeout: float = 300.
 
 
 def apply_ours(kube: Any, exp: Experiment, expected: int) -> float:
-    from surreal_kube.launch.kube.apply import create_objects
+    from surreal_kube.launch.kube.lifecycle.apply import create_objects
 
     namespace = new_namespace(kube)
     start = time.perf_counter()
@@ -158,7 +159,7 @@ def apply_kubectl(kube: Any, cp: Any, exp: Experiment, expected: int) -> float:
 
 def on_fresh_cluster(run: Any) -> float:
     """Run one apply measurement on a control plane of its own (no leftovers of another run)."""
-    from surreal_kube.launch.kube.client import Kube
+    from surreal_kube.launch.kube.api.client import Kube
     from tests.cluster.controlplane import ControlPlane
 
     cp = ControlPlane(pools=POOLS)

@@ -56,7 +56,7 @@ from surreal_kube.errors import SpecError  # noqa: E402
 from surreal_kube.experiment.resolve import experiment_topology, resolve_experiment  # noqa: E402
 from surreal_kube.experiment.spec import Experiment  # noqa: E402
 from surreal_kube.launch.kube import naming  # noqa: E402
-from surreal_kube.launch.kube.client import (  # noqa: E402
+from surreal_kube.launch.kube.api.client import (  # noqa: E402
     CRD,
     EXPERIMENT,
     POD,
@@ -65,7 +65,7 @@ from surreal_kube.launch.kube.client import (  # noqa: E402
     resource,
 )
 from surreal_kube.launch.kube.profile import profile_from_dict  # noqa: E402
-from surreal_kube.launch.kube.render import dump_objects, render_experiment  # noqa: E402
+from surreal_kube.launch.kube.render.objects import dump_objects, render_experiment  # noqa: E402
 
 IMAGES = {"cpu": "registry.test/surreal-kube/runtime-cpu:1", "gpu": "registry.test/runtime-cuda:1"}
 SPEC_IMAGES = [
@@ -739,7 +739,7 @@ def measure_operator(b: Bench, ref: Reference, expected: int, audit: Path, manif
 
 def measure_small(b: Bench) -> None:
     """A namespace of many small experiments: list and status of one of them."""
-    from surreal_kube.launch.kube.apply import create_objects
+    from surreal_kube.launch.kube.lifecycle.apply import create_objects
 
     ns = b.namespace("scale-small")
     prof = profile_from_dict({"pools": pools(b.size), "experimentVolume": {"kind": "emptyDir"}})

@@ -1,10 +1,10 @@
 """`surreal-kube build`: build (and push) the images an experiment runs that do not exist yet.
 
 Run in a user's project folder, it builds the project's image on top of the runtime image
-(`launch/kube/images.py`, `user_project`), the image `create` and `render` run in the same folder
-then name: one content hash, no flag to repeat. The registry and the platform come from the same
-place for every verb (the profile's `registry`, else $SURREAL_KUBE_REGISTRY; --platform, else
-$SURREAL_KUBE_PLATFORM, else linux/amd64).
+(`launch/kube/images/planner.py`, `user_project`), the image `create` and `render` run in the
+same folder then name: one content hash, no flag to repeat. The registry and the platform come
+from the same place for every verb (the profile's `registry`, else $SURREAL_KUBE_REGISTRY;
+--platform, else $SURREAL_KUBE_PLATFORM, else linux/amd64).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from surreal_kube.cli.render_cmd import Profile
 from surreal_kube.errors import SpecError
 
 if TYPE_CHECKING:
-    from surreal_kube.launch.kube.images import ImagePlan
+    from surreal_kube.launch.kube.images.planner import ImagePlan
 
 
 def parse_build_args(pairs: list[str] | None) -> dict[str, str]:
@@ -153,9 +153,9 @@ def build(
 
       cd ~/my-project && surreal-kube build exp-mine --env gym:mypkg.envs:MyEnv-v0
     """
-    from surreal_kube.launch.kube import images as planner
+    from surreal_kube.launch.kube.images import planner
     from surreal_kube.launch.kube.profile import load_profile
-    from surreal_kube.launch.kube.render import used_image_keys
+    from surreal_kube.launch.kube.render.objects import used_image_keys
 
     exp = so.resolve_from_cli(name, files, algorithm, env, num_agents, num_evals, agent_batch, sets)
     cluster = load_profile(profile) if profile is not None else None
@@ -205,7 +205,7 @@ def _operator_image(plans: list[ImagePlan], client: Any, *, push: bool) -> list[
     from dataclasses import replace
     from importlib.metadata import version
 
-    from surreal_kube.launch.kube import images as planner
+    from surreal_kube.launch.kube.images import planner
 
     cpu = next((p for p in plans if p.key == "cpu" and p.status != "prebuilt"), None)
     if cpu is not None and cpu.base is not None:

@@ -326,9 +326,9 @@ def run_kube(
     chosen profile, from which the operator makes the same plan.
     """
     from surreal_kube.cli.render_cmd import planned, print_objects
-    from surreal_kube.launch.kube import cluster
+    from surreal_kube.launch.kube.lifecycle import cluster
     from surreal_kube.launch.kube.profile import load_profile
-    from surreal_kube.launch.kube.render import dump_objects
+    from surreal_kube.launch.kube.render.objects import dump_objects
 
     prof = load_profile(profile) if profile is not None else None
     if dry_run == "client":
@@ -374,7 +374,7 @@ def run_kube(
 
 def _wait_running(kube: Any, plan: Any, name: str, started: float, timeout: float) -> Any:
     """Wait for Running: a live view on a terminal, one line per change otherwise."""
-    from surreal_kube.launch.kube import cluster
+    from surreal_kube.launch.kube.lifecycle import cluster
 
     if err.is_terminal:
         from rich.live import Live

@@ -44,7 +44,7 @@ def exec_(
       surreal-kube exec exp-ppo-ant learner -- ls /experiment/checkpoints
       surreal-kube exec exp-ppo-ant agents/3 -n rl -- env
     """
-    from surreal_kube.launch.kube import pods
+    from surreal_kube.launch.kube.lifecycle import pods
 
     seconds = so.parse_duration(timeout, "--timeout") or 0.0
     kube = kv.connect(kv.target(kubeconfig, context, namespace), name)

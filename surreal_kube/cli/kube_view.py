@@ -23,9 +23,9 @@ if TYPE_CHECKING:
     from rich.table import Table
     from rich.text import Text
 
-    from surreal_kube.launch.kube.client import Kube
-    from surreal_kube.launch.kube.cluster import Found, Target
-    from surreal_kube.launch.kube.status import ExperimentStatus
+    from surreal_kube.launch.kube.api.client import Kube
+    from surreal_kube.launch.kube.lifecycle.cluster import Found, Target
+    from surreal_kube.launch.kube.status.summary import ExperimentStatus
 
 Kubeconfig = Annotated[
     Path | None,
@@ -60,7 +60,7 @@ _PHASE_STYLE = {"Running": "green", "Pending": "yellow", "Failed": "bold red", "
 
 
 def target(kubeconfig: Path | None, context: str | None, namespace: str | None) -> Target:
-    from surreal_kube.launch.kube.cluster import Target
+    from surreal_kube.launch.kube.lifecycle.cluster import Target
 
     return Target(kubeconfig=kubeconfig, context=context, namespace=namespace)
 
@@ -139,7 +139,7 @@ def connect(where: Target, name: str | None = None, *, creating: bool = False) -
 def find(kube: Kube, name: str) -> Found:
     """The experiment on the cluster; not found names the namespace, context and local twin."""
     from surreal_kube.errors import LaunchError
-    from surreal_kube.launch.kube import cluster
+    from surreal_kube.launch.kube.lifecycle import cluster
 
     found = cluster.find_or_none(kube, name)
     if found is None:

@@ -97,8 +97,8 @@ def list_(
 
 def _kube_rows(kube: Any, all_namespaces: bool) -> tuple[str, list[dict[str, Any]]]:
     """(where it looked, one row per experiment on the cluster)."""
-    from surreal_kube.launch.kube import cluster
-    from surreal_kube.launch.kube import progress as kube_progress
+    from surreal_kube.launch.kube.lifecycle import cluster
+    from surreal_kube.launch.kube.status import progress as kube_progress
 
     rows = []
     records = kube_progress.read_all(kube, kube.namespace, all_namespaces=all_namespaces)
@@ -238,8 +238,9 @@ def status(
 def _status_kube(name: str, where: kv.Target, output: str | None) -> None:
     from concurrent.futures import ThreadPoolExecutor
 
-    from surreal_kube.launch.kube import cluster, naming
-    from surreal_kube.launch.kube import progress as kube_progress
+    from surreal_kube.launch.kube import naming
+    from surreal_kube.launch.kube.lifecycle import cluster
+    from surreal_kube.launch.kube.status import progress as kube_progress
 
     kube = kv.connect(where, name)
     # three independent reads at once (the object, its pods, its progress): each is a round
@@ -330,7 +331,7 @@ def logs(
       surreal-kube logs exp-ppo-ant learner --previous --since 10m -n rl
     """
     if not kv.is_local(name, local, root, kubeconfig, context, namespace):
-        from surreal_kube.launch.kube import pods
+        from surreal_kube.launch.kube.lifecycle import pods
 
         since_seconds = kv.parse_since(since)
         kube = kv.connect(kv.target(kubeconfig, context, namespace), name)
@@ -360,12 +361,12 @@ def logs(
         raise _did_you_mean(exc, target, load_experiment_file(exp.folder.config)) from exc
     with path.open("r", errors="replace") as f:
         lines = f.readlines()
-        for line in lines[-tail:] if tail else lines:
-            typer.echo(line, nl=False)
+        for text in lines[-tail:] if tail else lines:
+            typer.echo(text, nl=False)
         while follow:
-            line = f.readline()
-            if line:
-                typer.echo(line, nl=False)
+            text = f.readline()
+            if text:
+                typer.echo(text, nl=False)
                 continue
             if not backend.find(name, root).running:
                 break
@@ -407,8 +408,8 @@ def tb(
 
 def _tb_kube(name: str, where: kv.Target, port: int | None) -> None:
     from surreal_kube.experiment.topology import ENDPOINTS
-    from surreal_kube.launch.kube import pods
-    from surreal_kube.launch.kube.portforward import Forwarder
+    from surreal_kube.launch.kube.api.portforward import Forwarder
+    from surreal_kube.launch.kube.lifecycle import pods
 
     kube = kv.connect(where, name)
     found = kv.find(kube, name)
@@ -478,7 +479,7 @@ def delete(
     """
     seconds = so.parse_duration(timeout, "--timeout") or 0.0
     if not kv.is_local(name, local, root, kubeconfig, context, namespace):
-        from surreal_kube.launch.kube import cluster
+        from surreal_kube.launch.kube.lifecycle import cluster
 
         kube = kv.connect(kv.target(kubeconfig, context, namespace), name)
         found = kv.find(kube, name)
@@ -490,7 +491,7 @@ def delete(
                 f"{name}: {len(left)} objects still there after {seconds:.0f}s: "
                 + ", ".join(left[:5])
             )
-        from surreal_kube.launch.kube.storage import settle_data
+        from surreal_kube.launch.kube.placement.storage import settle_data
 
         data = settle_data(kube, name, found.namespace, delete_data=delete_data)
         gone = " (all gone)" if wait else ""

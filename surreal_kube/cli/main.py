@@ -193,7 +193,7 @@ def run(argv: list[str] | None = None) -> None:
         if os.environ.get("SURREAL_KUBE_DEBUG"):
             raise
         if type(exc).__module__.startswith("urllib3"):  # a client call outside kube.client's
-            from surreal_kube.launch.kube.client import unreachable_error
+            from surreal_kube.launch.kube.api.client import unreachable_error
 
             _error(str(unreachable_error(exc)))
             sys.exit(1)

@@ -69,8 +69,8 @@ def cluster_profile(profile: Path | None, discover: bool, context: str | None) -
     base = load_profile(profile) if profile is not None else None
     if not discover:
         return base
-    from surreal_kube.launch.kube.client import Kube, KubeError
-    from surreal_kube.launch.kube.cluster import discover_pools
+    from surreal_kube.launch.kube.api.client import Kube, KubeError
+    from surreal_kube.launch.kube.lifecycle.cluster import discover_pools
 
     try:
         kube = Kube(context=context)
@@ -145,7 +145,7 @@ def render(
 
 def print_objects(objects: list[dict[str, Any]], output: str | None) -> None:
     """Objects as YAML (the default), JSON or kind/name lines."""
-    from surreal_kube.launch.kube.render import dump_objects
+    from surreal_kube.launch.kube.render.objects import dump_objects
 
     if output == "name":
         names([_kind_name(o) for o in objects])
@@ -210,10 +210,10 @@ def resolve_images(
     tag, built with --build, else checked in the engine (or the registry with a profile registry)
     when one is reachable. used: the keys the experiment runs, when its plan knows them already.
     """
-    from surreal_kube.launch.kube import images as planner
+    from surreal_kube.launch.kube.images import planner
 
     if used is None:
-        from surreal_kube.launch.kube.render import used_image_keys
+        from surreal_kube.launch.kube.render.objects import used_image_keys
 
         used = used_image_keys(exp)
     keys = [k for k in used if k not in chosen]

@@ -113,9 +113,10 @@ def _local_doing(state: dict[str, Any]) -> str:
 
 
 def _kube_files(name: str, where: kv.Target) -> dict[str, bytes]:
-    from surreal_kube.launch.kube import cluster, naming
-    from surreal_kube.launch.kube import progress as kube_progress
-    from surreal_kube.launch.kube.client import resource
+    from surreal_kube.launch.kube import naming
+    from surreal_kube.launch.kube.api.client import resource
+    from surreal_kube.launch.kube.lifecycle import cluster
+    from surreal_kube.launch.kube.status import progress as kube_progress
     from surreal_kube.session import results as shared
 
     kube = kv.connect(where, name)

@@ -46,7 +46,7 @@ def scale(
       surreal-kube scale exp-ppo-ant --agents 16
       surreal-kube scale exp-ppo-ant --agents 4 --wait -n rl
     """
-    from surreal_kube.launch.kube import cluster
+    from surreal_kube.launch.kube.lifecycle import cluster
     from surreal_kube.launch.kube.profile import load_profile
 
     if agents < 1:  # bad input is refused before any kubeconfig is read

@@ -6,8 +6,8 @@ Two writers and several readers share these keys, so they are spelled here once:
   and `LAST_RETURN` (evals) for the same figures;
 - on Kubernetes, tensorplex (which already receives every role's metrics) sends a compact
   `Record` every few seconds into the experiment's progress ConfigMap `<exp>-progress`
-  (runtime/reporter.py); `status`, `list` and the operator read it back (launch/kube/status.py)
-  into the Experiment status and its printer columns.
+  (runtime/reporter.py); `status`, `list` and the operator read it back
+  (launch/kube/status/progress.py) into the Experiment status and its printer columns.
 
 A record is JSON, small (a few hundred bytes), and every field may be null: what was not reported
 yet stays null, nothing is invented. Unknown keys are ignored, so a newer writer may add some.

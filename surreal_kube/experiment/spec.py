@@ -247,7 +247,8 @@ class ImageSpec(SpecModel):
 
 def _default_images() -> dict[str, ImageSpec]:
     # `@surreal-kube`: the folder of the installed package, whose Dockerfiles ship inside it, so
-    # the defaults build from a checkout and from a pip install alike (launch/kube/images.py).
+    # the defaults build from a checkout and from a pip install alike
+    # (launch/kube/images/planner.py).
     return {
         "cpu": ImageSpec(
             build=ImageBuild(

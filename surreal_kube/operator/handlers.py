@@ -33,7 +33,7 @@ import kopf
 from surreal_kube.errors import SpecError
 from surreal_kube.experiment.spec import API_VERSION
 from surreal_kube.launch.kube import naming
-from surreal_kube.launch.kube.client import (
+from surreal_kube.launch.kube.api.client import (
     EXPERIMENT,
     ConflictError,
     ForbiddenError,
@@ -41,7 +41,7 @@ from surreal_kube.launch.kube.client import (
     KubeError,
     resource,
 )
-from surreal_kube.launch.kube.status import failure_seen
+from surreal_kube.launch.kube.status.summary import failure_seen
 from surreal_kube.operator import reconcile
 from surreal_kube.operator.podwatch import SELECTOR, Watcher
 
@@ -68,7 +68,7 @@ def plain(body: Mapping[str, Any]) -> dict[str, Any]:
 
 def login(memo: kopf.Memo, **_: Any) -> kopf.ConnectionInfo | None:
     """Connect kopf the way our own client connects (kubeconfig and context, or in-cluster):
-    the same credentials, read once (`launch/kube/kubeconfig.py`)."""
+    the same credentials, read once (`launch/kube/api/kubeconfig.py`)."""
     creds = memo.kube.credentials
     if creds.in_cluster:
         return kopf.login_with_service_account(**_)

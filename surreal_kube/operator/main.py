@@ -104,8 +104,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
 
     from surreal_kube.errors import SurrealKubeError
-    from surreal_kube.launch.kube import slim
-    from surreal_kube.launch.kube.client import NODE, Kube
+    from surreal_kube.launch.kube.api import slim
+    from surreal_kube.launch.kube.api.client import NODE, Kube
     from surreal_kube.launch.kube.profile import load_profile
     from surreal_kube.operator import handlers, reconcile
     from surreal_kube.operator.nodecache import NodeCache

@@ -19,7 +19,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from surreal_kube.launch.kube import naming
-from surreal_kube.launch.kube.status import slim_pod
+from surreal_kube.launch.kube.status.summary import slim_pod
 
 Key = tuple[str, str]
 """(namespace, experiment)."""

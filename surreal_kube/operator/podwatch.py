@@ -20,10 +20,11 @@ import threading
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from surreal_kube.launch.kube import naming, slim
-from surreal_kube.launch.kube.client import POD, Kube, KubeError, Resource
-from surreal_kube.launch.kube.cluster import list_with_version
-from surreal_kube.launch.kube.slim import Decode
+from surreal_kube.launch.kube import naming
+from surreal_kube.launch.kube.api import slim
+from surreal_kube.launch.kube.api.client import POD, Kube, KubeError, Resource
+from surreal_kube.launch.kube.api.slim import Decode
+from surreal_kube.launch.kube.lifecycle.cluster import list_with_version
 
 log = logging.getLogger(__name__)
 
@@ -44,7 +45,7 @@ class Watcher:
     deleted during a gap has no DELETED event); else the listed objects come as events of
     type None. metadata_only: the objects come as PartialObjectMetadata (no spec or status),
     for a watcher that needs names, labels and owners alone. decode: (list page, event line)
-    parsers that keep only the part the handler reads (`launch/kube/slim.py`).
+    parsers that keep only the part the handler reads (`launch/kube/api/slim.py`).
     """
 
     def __init__(

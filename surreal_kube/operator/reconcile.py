@@ -28,9 +28,9 @@ from surreal_kube.errors import SpecError, SurrealKubeError
 from surreal_kube.experiment.progress import STATE_FINISHED
 from surreal_kube.experiment.resolve import experiment_topology
 from surreal_kube.experiment.spec import Experiment
-from surreal_kube.launch.kube import apply, cluster, naming, slim
-from surreal_kube.launch.kube import progress as kube_progress
-from surreal_kube.launch.kube.client import (
+from surreal_kube.launch.kube import naming
+from surreal_kube.launch.kube.api import slim
+from surreal_kube.launch.kube.api.client import (
     EXPERIMENT,
     NODE,
     POD,
@@ -39,6 +39,7 @@ from surreal_kube.launch.kube.client import (
     NotFoundError,
     resource,
 )
+from surreal_kube.launch.kube.lifecycle import apply, cluster
 from surreal_kube.launch.kube.plan import (
     ImageChooser,
     Plan,
@@ -47,7 +48,8 @@ from surreal_kube.launch.kube.plan import (
     object_profile,
 )
 from surreal_kube.launch.kube.profile import ClusterProfile
-from surreal_kube.launch.kube.status import (
+from surreal_kube.launch.kube.status import progress as kube_progress
+from surreal_kube.launch.kube.status.summary import (
     Condition,
     ExperimentStatus,
     count_replacement,
@@ -302,7 +304,7 @@ def warm_up() -> None:
     """What the first create would otherwise pay for, done at operator start: the templates'
     compilation and the imports the reconcile makes lazily."""
     from surreal_kube.experiment import reads  # noqa: F401 - restarted_by_edit's
-    from surreal_kube.launch.kube.render import compile_templates
+    from surreal_kube.launch.kube.render.objects import compile_templates
 
     compile_templates()
 
@@ -315,7 +317,7 @@ def restarted_by_edit(kube: Kube, exp: Experiment, namespace: str) -> str:
     """
     from surreal_kube.experiment.reads import changed_components, describe_changes
     from surreal_kube.experiment.resolve import load_yaml_text, validate_document
-    from surreal_kube.launch.kube.render import CONFIG_KEY
+    from surreal_kube.launch.kube.render.objects import CONFIG_KEY
 
     live = kube.get_or_none(
         resource("v1", "ConfigMap"), naming.config_name(exp.metadata.name), namespace
@@ -663,7 +665,8 @@ class Resyncer:
 
     def _run(self) -> None:
         while not self._stop.wait(self.config.resync_seconds):
-            for namespace in self.namespaces or [None]:
+            targets: list[str | None] = [*(self.namespaces or [])] or [None]  # None: all
+            for namespace in targets:
                 try:
                     found = self.kube.list(EXPERIMENT, namespace, all_namespaces=namespace is None)
                 except Exception as exc:  # keep resyncing whatever one list does

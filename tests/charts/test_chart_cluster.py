@@ -12,8 +12,7 @@ from typing import Any
 
 import pytest
 
-from surreal_kube.launch.kube import crd
-from surreal_kube.launch.kube.client import (
+from surreal_kube.launch.kube.api.client import (
     CRD,
     EXPERIMENT,
     ForbiddenError,
@@ -21,6 +20,7 @@ from surreal_kube.launch.kube.client import (
     NotFoundError,
     resource,
 )
+from surreal_kube.launch.kube.render import crd
 from surreal_kube.operator import rbac
 from tests.charts.helm import CHART, helm
 from tests.operator.support import (

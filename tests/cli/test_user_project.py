@@ -97,7 +97,7 @@ def test_build_puts_the_project_on_the_runtime_image(setup: UserSetup, engine: E
     # tag (what render and create compute; without build arguments they need no flag at all)
     plan = (
         "import json; from surreal_kube.experiment.resolve import resolve_experiment; "
-        "from surreal_kube.launch.kube import images; "
+        "from surreal_kube.launch.kube.images import planner as images; "
         f"print(json.dumps(images.references(images.plan_offline(resolve_experiment('exp-user'), "
         f"keys=['cpu'], build_args={json.dumps(build_args)}))))"
     )

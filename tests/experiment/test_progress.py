@@ -34,7 +34,7 @@ def test_what_was_not_reported_stays_null_and_bad_values_are_dropped() -> None:
 
 
 def test_the_runtime_progress_file_speaks_the_same_keys(tmp_path: Path) -> None:
-    # The defect: launch/kube/status.py read `iterations` / `last_eval_return` while the roles
+    # The defect: launch/kube/status/summary.py read `iterations` / `last_eval_return` while the roles
     # write `iteration` / `last_return`. A learner's and an eval's own files, read as records:
     learner = ProgressFile(tmp_path, "e", "learner", "learner")
     learner.update(**{progress.ITERATION: 42})

@@ -15,8 +15,8 @@ import yaml
 
 from surreal_kube.experiment.resolve import default_document
 from surreal_kube.launch.kube import naming
-from surreal_kube.launch.kube.client import Kube, resource
-from surreal_kube.launch.kube.render import CONFIG_KEY
+from surreal_kube.launch.kube.api.client import Kube, resource
+from surreal_kube.launch.kube.render.objects import CONFIG_KEY
 from tests.cluster import images, node
 
 POD = resource("v1", "Pod")

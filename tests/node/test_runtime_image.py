@@ -18,7 +18,8 @@ from typing import Any
 
 import pytest
 
-from surreal_kube.launch.kube import images, naming
+from surreal_kube.launch.kube import naming
+from surreal_kube.launch.kube.images import planner as images
 from tests.cluster.fixtures import KubeCluster
 from tests.launch.kube.engine import (
     BASE_IMAGE,

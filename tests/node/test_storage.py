@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from surreal_kube.launch.kube.client import Resource, resource
+from surreal_kube.launch.kube.api.client import Resource, resource
 from tests.cluster import node
 from tests.node.support import POD, pod_log, real_pod, wait_finished, wait_for
 from tests.operator.support import connect as kube_for

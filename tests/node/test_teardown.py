@@ -94,7 +94,7 @@ def test_stop_leaves_nothing_behind_and_is_idempotent(tmp_path: Path) -> None:
     try:
         rn = node.RealNode(cp).start()
         try:
-            from surreal_kube.launch.kube.client import Kube
+            from surreal_kube.launch.kube.api.client import Kube
 
             kube = Kube(kubeconfig=cp.kubeconfig, namespace="default")
             kube.create(real_pod("sleeper", ["sleep", "3600"]))
@@ -120,7 +120,7 @@ SCRIPT = textwrap.dedent(
     from tests.cluster import node
     from tests.cluster.controlplane import ControlPlane
     from tests.node.support import real_pod, wait_running
-    from surreal_kube.launch.kube.client import Kube
+    from surreal_kube.launch.kube.api.client import Kube
 
     cp = ControlPlane(pools=[{"name": "cpu-pool", "count": 1}]).start()
     rn = node.RealNode(cp).start()

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from surreal_kube.launch.kube import naming
-from surreal_kube.launch.kube.client import CRD, Kube, resource
+from surreal_kube.launch.kube.api.client import CRD, Kube, resource
 
 ROOT = Path(__file__).resolve().parents[2]
 IMAGES = {

@@ -10,8 +10,8 @@ import yaml
 
 from surreal_kube.errors import SpecError
 from surreal_kube.experiment.resolve import resolve_experiment, to_document
-from surreal_kube.launch.kube import crd
-from surreal_kube.launch.kube.cluster import experiment_object, resolve_object
+from surreal_kube.launch.kube.lifecycle.cluster import experiment_object, resolve_object
+from surreal_kube.launch.kube.render import crd
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -33,7 +33,7 @@ def walk(node: Any, path: str = "") -> list[tuple[str, dict]]:
 def test_checked_in_crd_is_current() -> None:
     text = crd.crd_yaml()
     assert (ROOT / "operators" / "crd.yaml").read_text() == text, (
-        "operators/crd.yaml is stale: python -m surreal_kube.launch.kube.crd > operators/crd.yaml"
+        "operators/crd.yaml is stale: python -m surreal_kube.launch.kube.render.crd > operators/crd.yaml"
     )
     chart = ROOT / "charts" / "surreal-kube" / "crds" / "experiments.surreal.ai.yaml"
     assert chart.read_text() == text, "the chart's CRD differs from operators/crd.yaml"

@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 
 from surreal_kube.experiment.resolve import resolve_experiment
-from surreal_kube.launch.kube.client import EXPERIMENT
-from surreal_kube.launch.kube.cluster import experiment_object
+from surreal_kube.launch.kube.api.client import EXPERIMENT
+from surreal_kube.launch.kube.lifecycle.cluster import experiment_object
 from tests.operator.support import SPEC_IMAGES, connect, ensure_crd, kubectl
 
 pytestmark = pytest.mark.cluster

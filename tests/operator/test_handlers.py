@@ -88,7 +88,7 @@ def test_after_the_warm_up_the_first_render_compiles_nothing() -> None:
     script = """
 import jinja2
 from surreal_kube.operator import reconcile
-from surreal_kube.launch.kube.render import render_experiment
+from surreal_kube.launch.kube.render.objects import render_experiment
 from tests.launch.kube.specs import IMAGES, experiment
 reconcile.warm_up()
 compiled = []

@@ -6,7 +6,7 @@ import copy
 import json
 from typing import Any
 
-from surreal_kube.launch.kube.status import slim_pod, summarize
+from surreal_kube.launch.kube.status.summary import slim_pod, summarize
 from surreal_kube.operator.podcache import PodCache
 
 NS, EXP = "rl", "exp-a"

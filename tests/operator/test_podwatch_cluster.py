@@ -9,8 +9,9 @@ from typing import Any
 
 import pytest
 
-from surreal_kube.launch.kube import cluster, naming
-from surreal_kube.launch.kube.client import NODE, Kube, resource
+from surreal_kube.launch.kube import naming
+from surreal_kube.launch.kube.api.client import NODE, Kube, resource
+from surreal_kube.launch.kube.lifecycle import cluster
 from surreal_kube.operator import reconcile
 from surreal_kube.operator.nodecache import NodeCache
 from surreal_kube.operator.podwatch import PodWatcher, Watcher

@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 
 from surreal_kube.experiment.resolve import resolve_experiment
-from surreal_kube.launch.kube.client import RESOURCES
-from surreal_kube.launch.kube.render import render_experiment
+from surreal_kube.launch.kube.api.client import RESOURCES
+from surreal_kube.launch.kube.render.objects import render_experiment
 from surreal_kube.operator import rbac, reconcile
 
 IMAGES = {"cpu": "registry.test/runtime-cpu:1", "gpu": "registry.test/runtime-cuda:1"}
@@ -113,7 +113,7 @@ def test_a_costly_status_refresh_spaces_out_the_next(monkeypatch: pytest.MonkeyP
 def test_a_refresh_resolves_a_spec_once_per_generation(monkeypatch: pytest.MonkeyPatch) -> None:
     """Resolving the spec and building its topology was half of each status refresh's CPU
     while 1,022 pods started; the spec changes only with the object's generation."""
-    from surreal_kube.launch.kube import cluster
+    from surreal_kube.launch.kube.lifecycle import cluster
 
     exp = resolve_experiment("exp-shape", sets=["agents.count=40", "agents.batch=10"])
     obj = cluster.experiment_object(exp, "ns")

@@ -34,7 +34,7 @@ from surreal_kube.errors import SpecError
 from surreal_kube.experiment.resolve import experiment_topology
 from surreal_kube.experiment.spec import Experiment
 from surreal_kube.experiment.topology import Topology
-from surreal_kube.launch.kube.placement import Placement, place
+from surreal_kube.launch.kube.placement.place import Placement, place
 from surreal_kube.launch.kube.profile import ClusterProfile, profile_from_dict
 
 ImageChooser = Callable[[Experiment, list[str]], Mapping[str, str]]
@@ -68,14 +68,14 @@ class Plan:
 
     def yaml(self) -> str:
         """The objects as one deterministic YAML stream (what `render` prints)."""
-        from surreal_kube.launch.kube.render import dump_objects
+        from surreal_kube.launch.kube.render.objects import dump_objects
 
         return dump_objects(self.objects, "yaml")
 
 
 def image_keys(exp: Experiment, topology: Topology) -> list[str]:
     """The keys of `spec.images` the topology runs (no GPU: no CUDA image)."""
-    from surreal_kube.launch.kube.render import image_key
+    from surreal_kube.launch.kube.render.objects import image_key
 
     return sorted({image_key(exp, g.component) for g in topology.groups})
 
@@ -106,8 +106,8 @@ def make_plan(
 
     Raises SpecError (cannot be placed, bad image key) or LaunchError before anything is applied.
     """
-    from surreal_kube.launch.kube.cluster import pin_images
-    from surreal_kube.launch.kube.render import render_experiment
+    from surreal_kube.launch.kube.lifecycle.cluster import pin_images
+    from surreal_kube.launch.kube.render.objects import render_experiment
 
     prof = profile or ClusterProfile()
     topology = experiment_topology(exp)
@@ -116,7 +116,7 @@ def make_plan(
     chosen = dict(images(exp, keys) if callable(images) else (images or {}))
     missing = [k for k in keys if k not in chosen]
     if missing:
-        from surreal_kube.launch.kube.images import planned_references
+        from surreal_kube.launch.kube.images.planner import planned_references
 
         chosen.update(planned_references(exp, keys=missing, registry=prof.registry))
     pinned = pin_images(exp, chosen)  # images are not part of the topology: it stays valid

@@ -3,7 +3,7 @@ namespace, and a token for it (TokenRequest), as a user's kubeconfig would carry
 
 from __future__ import annotations
 
-from surreal_kube.launch.kube.client import Kube, resource
+from surreal_kube.launch.kube.api.client import Kube, resource
 
 SERVICE_ACCOUNT = resource("v1", "ServiceAccount")
 

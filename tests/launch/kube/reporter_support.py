@@ -14,7 +14,7 @@ import yaml
 
 from surreal_kube.experiment import progress
 from surreal_kube.launch.kube import naming
-from surreal_kube.launch.kube.client import resource
+from surreal_kube.launch.kube.api.client import resource
 from surreal_kube.runtime.reporter import ConfigMapWriter
 
 SERVICE_ACCOUNT = resource("v1", "ServiceAccount")

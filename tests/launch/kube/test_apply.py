@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from surreal_kube.launch.kube import apply
-from surreal_kube.launch.kube.render import render_experiment
+from surreal_kube.launch.kube.lifecycle import apply
+from surreal_kube.launch.kube.render.objects import render_experiment
 from tests.launch.kube.specs import IMAGES, experiment
 
 

@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 
 from surreal_kube.experiment.resolve import experiment_topology, resolve_experiment
-from surreal_kube.launch.kube import cluster
-from surreal_kube.launch.kube.placement import place
+from surreal_kube.launch.kube.lifecycle import cluster
+from surreal_kube.launch.kube.placement.place import place
 from surreal_kube.launch.kube.profile import profile_from_dict
 from tests.operator.support import connect
 

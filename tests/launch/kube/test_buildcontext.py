@@ -11,8 +11,8 @@ import pytest
 
 from surreal_kube.errors import LaunchError
 from surreal_kube.experiment.resolve import resolve_experiment
-from surreal_kube.launch.kube import buildcontext
-from surreal_kube.launch.kube.images import (
+from surreal_kube.launch.kube.images import buildcontext
+from surreal_kube.launch.kube.images.planner import (
     plan_offline,
     planned_references,
     split_reference,

@@ -22,11 +22,11 @@ from typing import Any
 import pytest
 
 from surreal_kube.errors import SpecError
-from surreal_kube.launch.kube.apply import create_objects
-from surreal_kube.launch.kube.client import Kube
-from surreal_kube.launch.kube.cluster import discover_pools
+from surreal_kube.launch.kube.api.client import Kube
+from surreal_kube.launch.kube.lifecycle.apply import create_objects
+from surreal_kube.launch.kube.lifecycle.cluster import discover_pools
 from surreal_kube.launch.kube.profile import ClusterProfile, profile_from_dict
-from surreal_kube.launch.kube.render import render_experiment
+from surreal_kube.launch.kube.render.objects import render_experiment
 from tests.launch.kube.specs import IMAGES, MATRIX, endpoint_of_variable, experiment
 
 pytestmark = pytest.mark.cluster

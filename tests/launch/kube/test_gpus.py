@@ -7,7 +7,7 @@ import pytest
 from surreal_kube.errors import SpecError
 from surreal_kube.experiment.resolve import experiment_topology, resolve_experiment
 from surreal_kube.experiment.topology import Group, Process
-from surreal_kube.launch.kube.gpus import ContainerGPUs, container_gpus
+from surreal_kube.launch.kube.render.gpus import ContainerGPUs, container_gpus
 
 
 def group_of(name: str, sets: list[str]) -> Group:

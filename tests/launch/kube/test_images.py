@@ -12,7 +12,7 @@ import pytest
 
 from surreal_kube.errors import SpecError
 from surreal_kube.experiment.resolve import resolve_experiment
-from surreal_kube.launch.kube import images
+from surreal_kube.launch.kube.images import planner as images
 from tests.envs.userpkg import write_user_project
 
 ROOT = Path(__file__).resolve().parents[3]

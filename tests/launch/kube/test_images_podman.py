@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 
 from surreal_kube.experiment.resolve import resolve_experiment
-from surreal_kube.launch.kube import images
-from surreal_kube.launch.kube.render import render_experiment
+from surreal_kube.launch.kube.images import planner as images
+from surreal_kube.launch.kube.render.objects import render_experiment
 from tests.launch.kube.engine import (
     BASE_IMAGE,
     Engine,
@@ -117,7 +117,7 @@ def test_unchanged_is_kept_changed_is_rebuilt_and_the_image_runs(
             first[0].reference,
             "sh",
             "-c",
-            "ls /opt/surreal/lib/python3*/site-packages/surreal_kube/launch/kube/templates",
+            "ls /opt/surreal/lib/python3*/site-packages/surreal_kube/launch/kube/render/templates",
         )
         assert "statefulset.yaml.j2" in templates.stdout.split()  # package data is installed
 

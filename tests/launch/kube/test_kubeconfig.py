@@ -1,4 +1,4 @@
-"""Credentials read as kubectl reads them (launch/kube/kubeconfig.py), without a server.
+"""Credentials read as kubectl reads them (launch/kube/api/kubeconfig.py), without a server.
 
 The real API server's side (client certificates, tokens, exec plugins answered by it, a 401 that
 runs the plugin again) is in test_kubeconfig_cluster.py; here: merging, paths, the choice of
@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from surreal_kube.launch.kube import kubeconfig as kc
-from surreal_kube.launch.kube.client import Kube, KubeError
+from surreal_kube.launch.kube.api import kubeconfig as kc
+from surreal_kube.launch.kube.api.client import Kube, KubeError
 
 
 def write(path: Path, doc: dict) -> Path:
@@ -48,7 +48,9 @@ def config(
 def test_kubeconfig_list_merges_as_kubectl_first_file_wins(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    a = write(tmp_path / "a", config("one", {"server": "https://a:1/"}, {"token": "ta"}, namespace="ns-a"))
+    a = write(
+        tmp_path / "a", config("one", {"server": "https://a:1/"}, {"token": "ta"}, namespace="ns-a")
+    )
     b_doc = config("two", {"server": "https://b:2"}, {"token": "tb"})
     b_doc["clusters"].append({"name": "one-cluster", "cluster": {"server": "https://shadowed:9"}})
     b = write(tmp_path / "b", b_doc)
@@ -214,7 +216,9 @@ def test_exec_plugin_client_certificate(tmp_path: Path) -> None:
         "print(json.dumps({'apiVersion': info['apiVersion'], 'kind': 'ExecCredential',\n"
         "  'status': {'clientCertificateData': 'C', 'clientKeyData': 'K'}}))\n",
     )
-    user = {"exec": {"apiVersion": "client.authentication.k8s.io/v1beta1", "command": "./plugin.py"}}
+    user = {
+        "exec": {"apiVersion": "client.authentication.k8s.io/v1beta1", "command": "./plugin.py"}
+    }
     creds = kc.credentials(write(tmp_path / "k", config("c", {"server": "https://x"}, user)))
     assert creds.client_certificate() == (b"C", b"K")
     assert creds.authorization() is None

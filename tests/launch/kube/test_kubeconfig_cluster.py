@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 import yaml
 
-from surreal_kube.launch.kube.client import NODE, Kube, KubeError, UnreachableError, resource
+from surreal_kube.launch.kube.api.client import NODE, Kube, KubeError, UnreachableError, resource
 from tests.launch.kube.identities import SERVICE_ACCOUNT, bound_token
 
 pytestmark = pytest.mark.cluster

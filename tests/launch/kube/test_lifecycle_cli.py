@@ -101,7 +101,11 @@ def test_unreachable_cluster_is_one_line_error(tmp_path: Path) -> None:
 
 
 def _big_status():
-    from surreal_kube.launch.kube.status import ComponentStatus, ExperimentStatus, ProcessStatus
+    from surreal_kube.launch.kube.status.summary import (
+        ComponentStatus,
+        ExperimentStatus,
+        ProcessStatus,
+    )
 
     st = ExperimentStatus(
         phase="Pending",

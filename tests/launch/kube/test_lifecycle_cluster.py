@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 
 from surreal_kube.launch.kube import naming
-from surreal_kube.launch.kube.client import resource
+from surreal_kube.launch.kube.api.client import resource
 from tests.operator.support import (
     IMAGE_ARGS,
     KINDS,

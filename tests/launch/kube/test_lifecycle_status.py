@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from surreal_kube.launch.kube.client import (
+from surreal_kube.launch.kube.api.client import (
     ConflictError,
     ForbiddenError,
     InvalidError,
@@ -19,7 +19,7 @@ from surreal_kube.launch.kube.client import (
     error_from_response,
     resource,
 )
-from surreal_kube.launch.kube.status import (
+from surreal_kube.launch.kube.status.summary import (
     count_replacement,
     free_capacity,
     pending_reason,
@@ -344,7 +344,7 @@ def test_resource_paths() -> None:
 
 
 def test_exec_exit_status_from_the_status_channel() -> None:
-    from surreal_kube.launch.kube.pods import exit_status
+    from surreal_kube.launch.kube.lifecycle.pods import exit_status
 
     assert exit_status("") == (0, None)
     assert exit_status('{"metadata":{},"status":"Success"}') == (0, None)

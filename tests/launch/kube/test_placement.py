@@ -8,7 +8,7 @@ import pytest
 
 from surreal_kube.errors import SpecError
 from surreal_kube.experiment.resolve import experiment_topology, resolve_experiment
-from surreal_kube.launch.kube.placement import format_cpu, format_memory, place
+from surreal_kube.launch.kube.placement.place import format_cpu, format_memory, place
 from surreal_kube.launch.kube.profile import (
     ClusterProfile,
     ExperimentVolume,

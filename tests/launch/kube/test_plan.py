@@ -26,13 +26,13 @@ import yaml
 from surreal_kube.errors import SpecError
 from surreal_kube.experiment import resolve
 from surreal_kube.experiment.resolve import resolve_experiment, to_document
-from surreal_kube.launch.kube import cluster as kube_cluster
 from surreal_kube.launch.kube import plan as kube_plan
-from surreal_kube.launch.kube import render
-from surreal_kube.launch.kube.cluster import experiment_object, resolve_object
+from surreal_kube.launch.kube.lifecycle import cluster as kube_cluster
+from surreal_kube.launch.kube.lifecycle.cluster import experiment_object, resolve_object
 from surreal_kube.launch.kube.plan import make_plan, merge_profiles
 from surreal_kube.launch.kube.profile import load_profile, profile_from_dict
-from surreal_kube.launch.kube.render import dump_objects
+from surreal_kube.launch.kube.render import objects as render
+from surreal_kube.launch.kube.render.objects import dump_objects
 from surreal_kube.operator import reconcile
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -219,7 +219,7 @@ def test_merge_profiles_is_key_by_key_and_a_bad_profile_names_its_field() -> Non
 
 
 def test_the_crd_validates_spec_profile_as_a_profile() -> None:
-    from surreal_kube.launch.kube import crd
+    from surreal_kube.launch.kube.render import crd
 
     schema = crd.spec_schema()["properties"]["profile"]
     assert schema["type"] == "object"
@@ -238,7 +238,7 @@ def test_a_create_through_the_operator_plans_once_here_and_renders_only_in_the_o
     calls: collections.Counter[str],
     tmp_path: Path,
 ) -> None:
-    from surreal_kube.launch.kube.client import EXPERIMENT
+    from surreal_kube.launch.kube.api.client import EXPERIMENT
     from tests.operator.support import TINY, connect, ensure_crd
 
     kube = connect(kube_cluster, kube_namespace)

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import kubernetes_validate
 
-from surreal_kube.launch.kube.render import (
+from surreal_kube.launch.kube.render.objects import (
     HEARTBEAT_ENV,
     HEARTBEAT_FLOOR_SECONDS,
     STARTUP_PROBE_SECONDS,

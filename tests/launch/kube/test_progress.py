@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from surreal_kube.experiment import progress
-from surreal_kube.launch.kube import progress as kube_progress
-from surreal_kube.launch.kube.status import ExperimentStatus
+from surreal_kube.launch.kube.status import progress as kube_progress
+from surreal_kube.launch.kube.status.summary import ExperimentStatus
 
 
 def test_the_record_fills_the_status_and_what_it_lacks_keeps_its_value() -> None:

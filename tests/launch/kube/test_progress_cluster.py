@@ -16,9 +16,10 @@ import pytest
 
 from surreal_kube.comm.metrics import MetricsClient
 from surreal_kube.experiment import progress
-from surreal_kube.launch.kube import apply, naming
-from surreal_kube.launch.kube.client import resource
-from surreal_kube.launch.kube.render import render_experiment
+from surreal_kube.launch.kube import naming
+from surreal_kube.launch.kube.api.client import resource
+from surreal_kube.launch.kube.lifecycle import apply
+from surreal_kube.launch.kube.render.objects import render_experiment
 from surreal_kube.runtime.reporter import ConfigMapWriter
 from tests.launch.kube.reporter_support import in_cluster_env, reporter_secrets, writer_for
 from tests.operator.support import IMAGES, connect, sk, wait_for

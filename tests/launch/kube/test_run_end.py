@@ -10,8 +10,8 @@ from __future__ import annotations
 from typing import Any
 
 from surreal_kube.experiment import progress
-from surreal_kube.launch.kube import progress as kube_progress
-from surreal_kube.launch.kube.status import LEARNER_MAX_RESTARTS, summarize
+from surreal_kube.launch.kube.status import progress as kube_progress
+from surreal_kube.launch.kube.status.summary import LEARNER_MAX_RESTARTS, summarize
 
 EXP = "exp-a"
 DESIRED = {"learner": 1, "agents": 1}
@@ -123,7 +123,7 @@ def test_the_operator_holds_every_right_the_reporters_role_grants() -> None:
     """The API server lets the operator create a Role granting only what it holds itself: the
     reporter's scale rights must be among the operator's (else applying the experiment fails)."""
     from surreal_kube.experiment.resolve import resolve_experiment
-    from surreal_kube.launch.kube.render import render_experiment
+    from surreal_kube.launch.kube.render.objects import render_experiment
     from surreal_kube.operator import rbac
     from tests.launch.kube.specs import IMAGES
 

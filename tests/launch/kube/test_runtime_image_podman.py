@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from surreal_kube.experiment.resolve import resolve_experiment
-from surreal_kube.launch.kube import images
+from surreal_kube.launch.kube.images import planner as images
 from tests.launch.kube.engine import (
     BASE_IMAGE,
     Engine,

@@ -1,4 +1,4 @@
-"""Pods and nodes decoded to the part we read (launch/kube/slim.py) are the same dicts that a
+"""Pods and nodes decoded to the part we read (launch/kube/api/slim.py) are the same dicts that a
 full `json.loads` followed by `slim_pod` / `slim_node` gives, for lists, watch events, bookmarks
 and errors. (How much faster: `bench/scale.py`'s status rows; 15x on 1,022 real pods.)
 """
@@ -8,9 +8,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from surreal_kube.launch.kube import slim
-from surreal_kube.launch.kube.render import render_experiment
-from surreal_kube.launch.kube.status import slim_pod
+from surreal_kube.launch.kube.api import slim
+from surreal_kube.launch.kube.render.objects import render_experiment
+from surreal_kube.launch.kube.status.summary import slim_pod
 from surreal_kube.operator.nodecache import slim_node
 from tests.launch.kube.specs import IMAGES, experiment
 

@@ -18,16 +18,16 @@ import pytest
 from surreal_kube.errors import SpecError
 from surreal_kube.experiment.resolve import experiment_topology, resolve_experiment
 from surreal_kube.launch.kube import naming
-from surreal_kube.launch.kube.apply import create_objects
-from surreal_kube.launch.kube.client import Kube, Resource, resource
-from surreal_kube.launch.kube.placement import place
+from surreal_kube.launch.kube.api.client import Kube, Resource, resource
+from surreal_kube.launch.kube.lifecycle.apply import create_objects
+from surreal_kube.launch.kube.placement.place import place
+from surreal_kube.launch.kube.placement.storage import STORAGE_CLASS
 from surreal_kube.launch.kube.profile import (
     ClusterProfile,
     load_profile,
     profile_from_dict,
 )
-from surreal_kube.launch.kube.render import DATA_LABEL, render_experiment
-from surreal_kube.launch.kube.storage import STORAGE_CLASS
+from surreal_kube.launch.kube.render.objects import DATA_LABEL, render_experiment
 from tests.operator.support import IMAGE_ARGS, IMAGES, TINY, objects_of, sk, wait_for
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -200,7 +200,7 @@ def claim_phase(kube: Kube, name: str) -> str | None:
 def test_default_claim_binds_and_data_pods_share_one_kwok_node(
     kube_cluster: Any, kube: Kube, kube_namespace: str
 ) -> None:
-    from surreal_kube.launch.kube.cluster import discover_pools
+    from surreal_kube.launch.kube.lifecycle.cluster import discover_pools
 
     exp = exp_of("exp-rwo")
     objects = render_experiment(exp, kube_namespace, images=IMAGES, profile=discover_pools(kube))
@@ -361,8 +361,8 @@ def test_credentials_that_cannot_read_classes_skip_the_check(
     (the admin is refused the same request), rather than refusing every experiment."""
     import json
 
+    from surreal_kube.launch.kube.placement.storage import check_storage
     from surreal_kube.launch.kube.profile import ExperimentVolume
-    from surreal_kube.launch.kube.storage import check_storage
     from tests.launch.kube.identities import bound_token
 
     ns = kube_namespace

@@ -16,8 +16,8 @@ import pytest
 
 from surreal_kube.errors import LaunchError
 from surreal_kube.experiment.resolve import resolve_experiment
-from surreal_kube.launch.kube import cluster
-from surreal_kube.launch.kube.status import ExperimentStatus
+from surreal_kube.launch.kube.lifecycle import cluster
+from surreal_kube.launch.kube.status.summary import ExperimentStatus
 
 
 class StatusOnly:

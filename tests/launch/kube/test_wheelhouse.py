@@ -19,7 +19,7 @@ from packaging.utils import canonicalize_name
 
 from surreal_kube.errors import LaunchError, SpecError
 from surreal_kube.experiment.resolve import resolve_experiment
-from surreal_kube.launch.kube import images
+from surreal_kube.launch.kube.images import planner as images
 
 ROOT = Path(__file__).resolve().parents[3]
 CPU_DOCKERFILE = ROOT / "surreal_kube" / "dockerfiles" / "runtime-cpu.Dockerfile"

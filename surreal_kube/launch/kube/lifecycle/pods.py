@@ -22,8 +22,8 @@ from surreal_kube.experiment.resolve import experiment_topology
 from surreal_kube.experiment.spec import Experiment
 from surreal_kube.experiment.topology import Process
 from surreal_kube.launch.kube import naming
-from surreal_kube.launch.kube.client import POD, Kube, KubeError
-from surreal_kube.launch.kube.status import pod_phase
+from surreal_kube.launch.kube.api.client import POD, Kube, KubeError
+from surreal_kube.launch.kube.status.summary import pod_phase
 
 
 @dataclass(frozen=True)

@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from functools import lru_cache
 from typing import Any
 
@@ -49,9 +49,7 @@ from surreal_kube.experiment.spec import Experiment
 from surreal_kube.experiment.topology import ENV_PREFIX, Group, Process, Topology
 from surreal_kube.experiment.topology import endpoint as endpoint_spec
 from surreal_kube.launch.kube import naming
-from surreal_kube.launch.kube.gpus import ContainerGPUs, container_gpus
-from surreal_kube.launch.kube.ownership import RETAIN_ANNOTATION, owner_reference
-from surreal_kube.launch.kube.placement import (
+from surreal_kube.launch.kube.placement.place import (
     Placement,
     data_groups,
     format_cpu,
@@ -60,6 +58,8 @@ from surreal_kube.launch.kube.placement import (
     pod_shape,
 )
 from surreal_kube.launch.kube.profile import ClusterProfile
+from surreal_kube.launch.kube.render.gpus import ContainerGPUs, container_gpus
+from surreal_kube.launch.kube.render.ownership import RETAIN_ANNOTATION, owner_reference
 
 CONFIG_DIR = "/etc/surreal"
 CONFIG_KEY = "experiment.yaml"
@@ -128,7 +128,7 @@ def _environment() -> Any:
     import jinja2
 
     env = jinja2.Environment(
-        loader=jinja2.PackageLoader("surreal_kube.launch.kube", "templates"),
+        loader=jinja2.PackageLoader("surreal_kube.launch.kube.render", "templates"),
         trim_blocks=True,
         lstrip_blocks=True,
         keep_trailing_newline=True,
@@ -250,7 +250,7 @@ def render_text(
     return "".join(d if d.startswith("---") else "---\n" + d for d in docs)
 
 
-def dump_objects(objects: list[Mapping[str, Any]], output: str = "yaml") -> str:
+def dump_objects(objects: Sequence[Mapping[str, Any]], output: str = "yaml") -> str:
     """Objects as a YAML stream (multi-line strings as blocks) or a JSON List, deterministic."""
     if output == "json":
         doc = {"apiVersion": "v1", "kind": "List", "items": list(objects)}
@@ -286,7 +286,7 @@ def used_image_keys(exp: Experiment) -> list[str]:
 
 
 def _planned(exp: Experiment, profile: ClusterProfile, keys: list[str]) -> dict[str, str]:
-    from surreal_kube.launch.kube.images import planned_references
+    from surreal_kube.launch.kube.images.planner import planned_references
 
     return planned_references(exp, keys=keys, registry=profile.registry)
 

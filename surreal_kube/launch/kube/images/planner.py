@@ -53,7 +53,7 @@ from typing import Any, Literal
 import surreal_kube
 from surreal_kube.errors import LaunchError, SpecError
 from surreal_kube.experiment.spec import Experiment, ImageBuild
-from surreal_kube.launch.kube import buildcontext
+from surreal_kube.launch.kube.images import buildcontext
 
 TAG_LENGTH = 16
 HASH_LABEL = "surreal.ai/content-hash"

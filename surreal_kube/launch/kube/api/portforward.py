@@ -16,7 +16,7 @@ import threading
 from typing import Any
 
 from surreal_kube.errors import LaunchError
-from surreal_kube.launch.kube.client import Kube
+from surreal_kube.launch.kube.api.client import Kube
 
 log = logging.getLogger(__name__)
 

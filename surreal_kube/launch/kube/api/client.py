@@ -20,6 +20,7 @@ by `Kube.api`, for exec and port-forward.
 
 from __future__ import annotations
 
+import builtins
 import json
 import os
 import threading
@@ -105,9 +106,7 @@ def error_from_response(status: int, body: bytes | str | None, what: str) -> Kub
 
 def is_transport_error(exc: BaseException) -> bool:
     """True for a failure to reach the server (urllib3, ssl, socket), not an answer from it."""
-    return type(exc).__module__.startswith(("urllib3", "ssl", "socket")) or isinstance(
-        exc, OSError
-    )
+    return type(exc).__module__.startswith(("urllib3", "ssl", "socket")) or isinstance(exc, OSError)
 
 
 def unreachable_error(exc: BaseException, server: str | None = None) -> UnreachableError:
@@ -269,7 +268,7 @@ class Kube:
         field_manager: str = FIELD_MANAGER,
         timeout: float = 30.0,
     ) -> None:
-        from surreal_kube.launch.kube import kubeconfig as config
+        from surreal_kube.launch.kube.api import kubeconfig as config
 
         self.field_manager = field_manager
         self.timeout = timeout
@@ -376,9 +375,7 @@ class Kube:
         accept: str | None = None,
     ) -> Iterator[bytes]:
         """GET a streaming answer (logs, watches) and yield its lines as they arrive."""
-        resp = self._send(
-            "GET", path, query, None, None, timeout, what, stream=True, accept=accept
-        )
+        resp = self._send("GET", path, query, None, None, timeout, what, stream=True, accept=accept)
         buffer = b""
         try:
             for chunk in resp.stream(4096, decode_content=True):
@@ -410,7 +407,7 @@ class Kube:
     ) -> Any:
         import urllib3
 
-        from surreal_kube.launch.kube.kubeconfig import ConfigError
+        from surreal_kube.launch.kube.api.kubeconfig import ConfigError
 
         headers = {"Accept": accept or "application/json", "User-Agent": USER_AGENT}
         data = None
@@ -690,7 +687,7 @@ class Kube:
         namespace: str | None = None,
         *,
         timeout: float = 120.0,
-    ) -> list[dict[str, Any]]:
+    ) -> builtins.list[dict[str, Any]]:  # `list` is a method of this class here
         """Poll until no object of a kind matches; what is left when time ran out."""
         deadline = time.monotonic() + timeout
         while True:

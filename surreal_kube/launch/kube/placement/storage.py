@@ -25,9 +25,9 @@ from typing import Any
 
 from surreal_kube.errors import LaunchError, SpecError
 from surreal_kube.launch.kube import naming
-from surreal_kube.launch.kube.client import ForbiddenError, Kube, Resource, resource
-from surreal_kube.launch.kube.ownership import is_retained
+from surreal_kube.launch.kube.api.client import ForbiddenError, Kube, Resource, resource
 from surreal_kube.launch.kube.profile import ExperimentVolume
+from surreal_kube.launch.kube.render.ownership import is_retained
 
 log = logging.getLogger(__name__)
 
@@ -112,7 +112,7 @@ def check_kept_claim(kube: Kube, experiment: str, namespace: str) -> None:
     applied, the old claim with it. Like a local experiment's folder, it must be removed first.
     When the experiment itself still exists this says nothing: `create` refuses that as such.
     """
-    from surreal_kube.launch.kube.client import EXPERIMENT
+    from surreal_kube.launch.kube.api.client import EXPERIMENT
 
     name = naming.data_name(experiment)
     claim = kube.get_or_none(CLAIM, name, namespace)

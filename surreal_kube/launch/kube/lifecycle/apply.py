@@ -17,18 +17,18 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from surreal_kube.launch.kube import naming
-from surreal_kube.launch.kube.client import (
+from surreal_kube.launch.kube.api.client import (
     KubeError,
     NotFoundError,
     Resource,
     describe,
     resource,
 )
-from surreal_kube.launch.kube.ownership import root_of, set_owner
+from surreal_kube.launch.kube.render.ownership import root_of, set_owner
 
 log = logging.getLogger(__name__)
 
@@ -117,7 +117,7 @@ def apply_objects(
 
 def create_objects(
     kube: Any,
-    objects: list[Mapping[str, Any]],
+    objects: Sequence[Mapping[str, Any]],
     namespace: str,
     *,
     dry_run: bool = False,

@@ -16,7 +16,7 @@ to retain it) is never owned, so it survives the experiment's deletion.
 from __future__ import annotations
 
 import copy
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from surreal_kube.errors import LaunchError
@@ -30,7 +30,7 @@ def owner_reference(owner: Mapping[str, Any]) -> dict[str, Any]:
     missing = [k for k in OWNER_KEYS if not owner.get(k)]
     if missing:
         raise LaunchError(f"owner {dict(owner)!r} lacks {', '.join(missing)}")
-    ref = {k: str(owner[k]) for k in OWNER_KEYS}
+    ref: dict[str, Any] = {k: str(owner[k]) for k in OWNER_KEYS}
     ref.update(controller=True, blockOwnerDeletion=True)
     return ref
 
@@ -63,7 +63,7 @@ def set_owner(objects: Iterable[Mapping[str, Any]], owner: Mapping[str, Any]) ->
     return out
 
 
-def root_of(objects: list[Mapping[str, Any]]) -> dict[str, str]:
+def root_of(objects: Sequence[Mapping[str, Any]]) -> dict[str, str]:
     """The default root of a rendering: its first object (the ConfigMap), uid not yet known."""
     first = objects[0]
     return {

@@ -19,7 +19,7 @@ import datetime as dt
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -35,8 +35,9 @@ from surreal_kube.experiment.resolve import (
 )
 from surreal_kube.experiment.spec import Experiment
 from surreal_kube.experiment.topology import Topology
-from surreal_kube.launch.kube import apply, naming, slim
-from surreal_kube.launch.kube.client import (
+from surreal_kube.launch.kube import naming
+from surreal_kube.launch.kube.api import slim
+from surreal_kube.launch.kube.api.client import (
     EXPERIMENT,
     METADATA_LIST,
     NODE,
@@ -48,9 +49,15 @@ from surreal_kube.launch.kube.client import (
     describe,
     resource,
 )
+from surreal_kube.launch.kube.lifecycle import apply
 from surreal_kube.launch.kube.plan import PROFILE_KEY, ImageChooser, Plan
 from surreal_kube.launch.kube.profile import ClusterProfile, merge_pools
-from surreal_kube.launch.kube.status import ExperimentStatus, slim_pod, summarize, unscheduled
+from surreal_kube.launch.kube.status.summary import (
+    ExperimentStatus,
+    slim_pod,
+    summarize,
+    unscheduled,
+)
 
 log = logging.getLogger(__name__)
 
@@ -163,7 +170,7 @@ def pin_images(exp: Experiment, refs: Mapping[str, str]) -> Experiment:
 
 def used_image_refs(exp: Experiment) -> dict[str, str] | None:
     """key -> reference when every image the experiment runs is prebuilt (pinned), else None."""
-    from surreal_kube.launch.kube.render import used_image_keys
+    from surreal_kube.launch.kube.render.objects import used_image_keys
 
     refs = {}
     for key in used_image_keys(exp):
@@ -183,7 +190,7 @@ def effective_profile(
     *,
     check_fit: bool,
     read_nodes: bool = True,
-    nodes: list[Mapping[str, Any]] | None = None,
+    nodes: Sequence[Mapping[str, Any]] | None = None,
 ) -> ClusterProfile | None:
     """The profile to render with: the base's pools, else the live cluster's (when allowed).
 
@@ -207,9 +214,7 @@ def effective_profile(
             else:
                 profile = discover_pools(kube, base=profile)
             if autoscaled:  # a pool scaled to zero has no node: its declaration says it exists
-                profile = profile.model_copy(
-                    update={"pools": merge_pools(profile.pools, declared)}
-                )
+                profile = profile.model_copy(update={"pools": merge_pools(profile.pools, declared)})
         except LaunchError as exc:
             if autoscaled:
                 log.info("cannot read the nodes (%s): the profile's pools alone", exc)
@@ -303,12 +308,12 @@ def plan_create(
         nodes = pool.submit(effective_profile, kube, profile, check_fit=preflight)
         via_operator = not direct and kube.has_experiment_crd()
         if preflight:  # storage.py: data of an earlier run
-            from surreal_kube.launch.kube.storage import check_kept_claim
+            from surreal_kube.launch.kube.placement.storage import check_kept_claim
 
             check_kept_claim(kube, exp.metadata.name, kube.namespace)
         prof = nodes.result()
     if preflight and (profile is not None or not via_operator):  # else the operator's volume
-        from surreal_kube.launch.kube.storage import check_storage
+        from surreal_kube.launch.kube.placement.storage import check_storage
 
         check_storage(kube, (prof or ClusterProfile()).experiment_volume, exp.metadata.name)
     plan = make_plan(exp, kube.namespace, profile=prof, images=images, render=not via_operator)
@@ -381,7 +386,7 @@ class Found:
 
 
 def _config_exp(cm: Mapping[str, Any]) -> Experiment:
-    from surreal_kube.launch.kube.render import CONFIG_KEY
+    from surreal_kube.launch.kube.render.objects import CONFIG_KEY
 
     text = (cm.get("data") or {}).get(CONFIG_KEY)
     if text is None:
@@ -479,7 +484,7 @@ def requested_gpus(exp: Experiment, topo: Topology | None = None) -> int:
 
 
 def agent_selector(name: str) -> str:
-    from surreal_kube.launch.kube.client import selector
+    from surreal_kube.launch.kube.api.client import selector
 
     return selector(naming.selector_labels(name, "agents"))
 
@@ -824,7 +829,7 @@ def scale(
     StatefulSet would start agents again with no learner and no budget left to end them.
     """
     from surreal_kube.experiment import progress as records
-    from surreal_kube.launch.kube import progress as progress_channel
+    from surreal_kube.launch.kube.status import progress as progress_channel
 
     record = progress_channel.read(kube, found.name, found.namespace)
     if record is not None and record.state == records.STATE_FINISHED:
@@ -868,8 +873,8 @@ def reapply(
     and only those it no longer renders are deleted (scaling the agents touches the spec's
     ConfigMap and one StatefulSet: two requests, not one per object plus a list per kind).
     """
-    from surreal_kube.launch.kube.ownership import root_of, set_owner
-    from surreal_kube.launch.kube.render import render_experiment
+    from surreal_kube.launch.kube.render.objects import render_experiment
+    from surreal_kube.launch.kube.render.ownership import root_of, set_owner
 
     refs = used_image_refs(exp) or {}
     prof = effective_profile(kube, profile, check_fit=True)
@@ -907,7 +912,7 @@ def _any_left(kube: Kube, namespace: str, selector: str) -> bool:
     asked first the next time: waiting for a thousand pods to go costs one small request per
     poll, not a list of every object of every kind.
     """
-    from surreal_kube.launch.kube.ownership import is_retained
+    from surreal_kube.launch.kube.render.ownership import is_retained
 
     kinds = sorted(apply.CLEANUP, key=lambda r: r != _last_left.get(namespace))
     for res in kinds:
@@ -947,7 +952,7 @@ def delete(
         progress(f"deleted {'Experiment' if found.via_operator else 'ConfigMap'} {name}")
     if not wait:
         return []
-    from surreal_kube.launch.kube.ownership import is_retained
+    from surreal_kube.launch.kube.render.ownership import is_retained
 
     deadline = time.monotonic() + timeout
     selector = naming.experiment_selector(name)

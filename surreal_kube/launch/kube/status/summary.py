@@ -7,7 +7,8 @@ paths show the same words. The model is also the CRD's status schema (crd.py).
 
 Progress: the experiment's tensorplex writes a progress record (experiment/progress.py: learner
 iteration, env steps, steps/s, last eval return, state) into the ConfigMap `<exp>-progress`;
-launch/kube/progress.py reads it and folds it into this status (`status`, `list`, the operator).
+launch/kube/status/progress.py reads it and folds it into this status (`status`, `list`, the
+operator).
 A pod annotation `surreal.ai/progress` with the same keys is read too (a role's progress file as
 JSON). What nobody reported stays null, nothing is invented.
 
@@ -21,7 +22,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
@@ -338,7 +339,7 @@ _INSUFFICIENT = re.compile(r"Insufficient ([\w./-]*\w)")
 
 def pending_reason(
     pod: Mapping[str, Any],
-    nodes: list[Mapping[str, Any]] | None = None,
+    nodes: Sequence[Mapping[str, Any]] | None = None,
     free: Mapping[str, Mapping[str, float]] | None = None,
 ) -> str | None:
     """Why a pod is not running, in plain words (None when it is running or finished)."""
@@ -532,8 +533,8 @@ def summarize(
     agent_group: str = "agents",
     learner_group: str = "learner",
     agent_selector: str | None = None,
-    nodes: list[Mapping[str, Any]] | None = None,
-    all_pods: list[Mapping[str, Any]] | None = None,
+    nodes: Sequence[Mapping[str, Any]] | None = None,
+    all_pods: Sequence[Mapping[str, Any]] | None = None,
     replacements: Mapping[str, Mapping[str, Any]] | None = None,
     learner_max_restarts: int = LEARNER_MAX_RESTARTS,
 ) -> ExperimentStatus:
@@ -561,7 +562,7 @@ def summarize(
     for pod in pods:
         meta = pod["metadata"]
         group = (meta.get("labels") or {}).get(COMPONENT_LABEL)
-        if group not in desired:
+        if not isinstance(group, str) or group not in desired:
             continue
         rows.append((meta["name"], group, pod_phase(pod), failure_seen(pod), process_key(pod), pod))
     rows.sort(key=lambda row: row[0])
@@ -572,15 +573,15 @@ def summarize(
             counted[key] = counted.get(key, 0) + 1
     ready_in, restarts_in = dict.fromkeys(desired, 0), dict.fromkeys(desired, 0)
     pending_in: dict[str, dict[str, str]] = {g: {} for g in desired}
-    for name, group, phase, failed, key, pod in rows:
+    for name, group, pod_state, failed, key, pod in rows:
         if failed and key in live_keys:
             continue  # an old failed pod whose replacement runs: counted, not shown
         own = container_restarts(pod)
-        ready = phase == "Running" and pod_ready(pod)
+        ready = pod_state == "Running" and pod_ready(pod)
         reason = None if ready else pending_reason(pod, nodes, free)
         processes[name] = ProcessStatus(
             pod=name,
-            phase=phase,
+            phase=pod_state,
             ready=ready,
             restarts=own + counted.get(key, 0),
             node=(pod.get("spec") or {}).get("nodeName"),

@@ -12,8 +12,8 @@ from typing import Any
 
 from surreal_kube.experiment import progress
 from surreal_kube.launch.kube import naming
-from surreal_kube.launch.kube.client import ForbiddenError, Kube, NotFoundError, resource
-from surreal_kube.launch.kube.status import ExperimentStatus
+from surreal_kube.launch.kube.api.client import ForbiddenError, Kube, NotFoundError, resource
+from surreal_kube.launch.kube.status.summary import ExperimentStatus
 
 CONFIG_MAP = resource("v1", "ConfigMap")
 

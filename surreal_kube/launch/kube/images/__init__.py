@@ -1,0 +1,1 @@
+"""Which images an experiment runs, their content-hash tags, building, loading."""

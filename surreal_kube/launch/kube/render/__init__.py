@@ -1,0 +1,1 @@
+"""Kubernetes objects from the topology: Jinja templates, the CRD, GPUs per container, ownership."""
