@@ -66,13 +66,15 @@ a shard (ZeroMQ's queues of `hwm` messages at both ends plus the kernel's buffer
 megabytes on their own) is experience acted with parameters that age while it waits: when a
 shard's rate limiter holds inserts back, this backlog is what the learner gets next, and on-policy
 it goes stale. Bounded, the backlog is a few batches even of small items: with 64 KiB, two
-agents stepping CartPole queued about 250 sub-trajectories, ran through an 8,000-step budget
-before a loaded learner finished its first iteration, and never waited."""
+agents stepping CartPole queued hundreds of sub-trajectories and ran through a whole budget
+before a loaded learner finished its first iteration, and never waited (`bench/comm.py` measures
+with the rate limiter off)."""
 ON_POLICY_PIPE = {"hwm": 1, "buffer_bytes": 4 << 10}
 """The shallowest pipe, for on-policy experience at both ends (sender and receiver): with the
 defaults (4 + 8 messages of ZeroMQ queue and 32 KiB of kernel buffer each way, per agent), 8 PPO
-agents held about 500 sub-trajectories in the pipes while replay's limiter held them back, and the
-learner got them 4.8 iterations late, most past the policy-lag bound. One message queued at each
+agents held hundreds of sub-trajectories in the pipes while replay's limiter held them back, and
+the learner got them iterations late, most past the policy-lag bound
+(`tests/runtime/test_learning_wiring.py` holds the lag to its bound). One message queued at each
 end and the kernel's smallest buffers leave the agent blocked with a few items in flight."""
 
 

@@ -78,14 +78,15 @@ def _info(meta: Mapping[str, Any]) -> ParameterInfo:
 class ParameterPublisher:
     """The learner's side: publish the newest parameters, to every shard as soon as it subscribes.
 
-    PUB drops messages for subscribers that are not connected yet, so a parameter-server shard
-    that starts (or restarts) after a publication would wait for the next one; a learner stuck
-    waiting for experience would then starve everyone. The socket is therefore an XPUB with
-    XPUB_VERBOSE: every shard's subscription reaches this side, which answers it at once with the
-    newest publication (at start-up the first parameters reached the agents about 2 s late,
-    dropped while the shard was still connecting). A re-send every `republish_seconds` stays as
-    the safety net. `publish` copies the arrays (the learner keeps training in place) and returns
-    at once; the thread owns the socket and wakes on a pipe that `publish` writes to.
+    PUB drops messages for subscribers that are not connected yet, so a parameter-server shard that
+    starts (or restarts) after a publication would wait for the next one; a learner stuck waiting
+    for experience would then starve everyone. The socket is therefore an XPUB with XPUB_VERBOSE:
+    every shard's subscription reaches this side, which answers it at once with the newest
+    publication (at start-up the first parameters otherwise reached the agents late, dropped while
+    the shard was still connecting; `bench/comm.py` times a publication). A re-send every
+    `republish_seconds` stays as the safety net. `publish` copies the arrays (the learner keeps
+    training in place) and returns at once; the thread owns the socket and wakes on a pipe that
+    `publish` writes to.
     """
 
     def __init__(self, bind: str, *, republish_seconds: float = 2.0, hwm: int = 4) -> None:

@@ -2,9 +2,9 @@
 
 Every verb that resolves an experiment (`config`, `topology`, `render`, `create` on any backend)
 calls `check_env_id`, so a mistyped id is refused on the laptop, once, with one suggestion, and
-never ships as a pod that crashes at start. Only the registry is read: nothing here imports
-MuJoCo or torch (about 0.3 s for gymnasium itself). Building, resetting and rendering the
-environment is `make.check_env`'s job, which only `create --local` can afford.
+never ships as a pod that crashes at start. Only the registry is read: nothing here imports MuJoCo
+or torch, only gymnasium itself (`bench/cli.py` times `config`). Building, resetting and rendering
+the environment is `make.check_env`'s job, which only `create --local` can afford.
 
 An environment of the user's own package uses gymnasium's `module:id` form,
 `gym:mypkg.envs:Tiny-v0`: gymnasium imports `mypkg.envs`, whose import registers `Tiny-v0`.

@@ -178,7 +178,7 @@ DEFAULT_SAMPLES_PER_INSERT = {"ppo": 1.0, "ddpg": 128.0}
 """Replay's target ratio when the spec leaves it unset. PPO: each sub-trajectory learned from about
 once, while fresh. DDPG: 128 transitions drawn per transition inserted (one batch of 512 per 4 env
 steps); TD3 as usually run draws 256 (one batch of 256 per step), Acme's D4PG 32; two agents with no
-limiter drew 4.7 and did not learn (HalfCheetah-v5, 4 minutes)."""
+limiter drew only a few per item and did not learn (`bench/learning.py --figure ddpg`)."""
 
 
 DEFAULT_FLUSH_ITERATION = {"ppo": 1, "ddpg": 4}

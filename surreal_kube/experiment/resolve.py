@@ -152,7 +152,7 @@ class _Limits:
 
 
 def _loader(text: str, source: str) -> Any:
-    """A safe loader with `_Limits`: libyaml's parser when present (4x faster), else PyYAML's."""
+    """A safe loader with `_Limits`: libyaml's parser when present (faster), else PyYAML's."""
     from yaml.composer import Composer
     from yaml.constructor import SafeConstructor
     from yaml.resolver import Resolver

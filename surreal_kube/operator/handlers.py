@@ -111,9 +111,9 @@ def apply_spec(
 
     A create whose objects are already applied at this generation is not applied again: kopf
     marks an object handled only after its create handler returns, and in some creates of
-    10,000 agents it ran the create a second time for the same generation (0.3 s after the
-    first returned, from an event of the first's own status write): 22 server-side applies and
-    4 lists again while the cluster was creating a thousand pods.
+    10,000 agents (`bench/scale.py`) it ran the create a second time for the same generation
+    (from an event of the first's own status write): every server-side apply and list again
+    while the cluster was creating a thousand pods.
     """
     obj = plain(body)
     meta = obj["metadata"]

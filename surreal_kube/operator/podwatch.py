@@ -2,10 +2,10 @@
 
 Every managed pod's every change passes here: a 10,000-agent experiment starts 1,022 pods that
 change four or five times each on the way to Running. Through a kopf event handler each change
-cost about 2 ms of the operator's CPU (kopf's body views, filters, a thread-pool hop per handler
-call): 10.3 CPU-seconds while 1,022 pods started, on a 2-core machine whose controller-manager and
-scheduler needed every cycle (create-to-all-Running 36 s through the operator, 27 s for `kubectl
-apply` of the same objects). Here a change is one `json.loads` and a call of `on_event`.
+cost milliseconds of the operator's CPU (kopf's body views, filters, a thread-pool hop per
+handler call), seconds of CPU while the pods started, on a machine whose controller-manager and
+scheduler needed every cycle (`bench/scale.py`: create through the operator against `kubectl
+apply`). Here a change is one `json.loads` and a call of `on_event`.
 
 The watch resumes from the last resourceVersion it saw when the server ends it, and starts again
 with a list when the version expired (410 Gone) or the stream broke; the list's pods are handed

@@ -84,10 +84,10 @@ class Config:
     """Pod events within this many seconds are folded into one status refresh."""
     refresh_cpu_share: float = 0.03
     """At most this share of a core goes to refreshing one experiment's status: after a refresh
-    that took c CPU seconds the next waits at least c / share. A refresh of 1,022 pods takes
-    about 25 ms (one every 0.8 s); of 10,000 pods ten times that. While the cluster creates
-    those pods, every CPU second the operator spends is one the scheduler and kubelets wait
-    for: at 5 % the refreshes were most of the operator's 2.5 CPU-seconds of a 50 s create."""
+    that took c CPU seconds the next waits at least c / share, so a refresh costs the same share
+    of a core whatever the experiment's size. While the cluster creates the pods, every CPU
+    second the operator spends is one the scheduler and kubelets wait for: at 5 % the refreshes
+    were most of the operator's CPU during a create (`bench/scale.py`)."""
     default_images: dict[str, str] = field(default_factory=dict)
     """key of spec.images -> image used when an experiment's spec names a build there."""
     nodes: NodeCache | None = None
@@ -129,8 +129,8 @@ def shape_of(obj: Mapping[str, Any]) -> Shape:
     """The shape of an `Experiment`'s spec, from memory when its generation was seen before.
 
     A refresh runs every second or so while pods start; resolving and validating the spec and
-    building its topology was half of its CPU (10,000 agents: about 20 ms a refresh, 0.5 CPU-s
-    while 1,022 pods started, on a machine whose scheduler needed every cycle). The spec changes
+    building its topology was half of its CPU (`bench/scale.py`, 10,000 agents), on a machine
+    whose scheduler needed every cycle. The spec changes
     only with the object's generation, so its shape is kept by (uid, generation).
     Raises SpecError for a spec that does not resolve (never kept).
     """

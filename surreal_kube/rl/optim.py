@@ -2,12 +2,11 @@
 
 Why not `torch.optim.Adam` itself: every method of torch's `Optimizer` (`step`, `zero_grad`,
 `state_dict` ...) is wrapped so that the compiler never traces it, and that wrapper imports the
-compiler, `torch._dynamo`, on its first call. That import took 1.5 s of the 3.5 s a learner
-needed to start here (`bench/local.py`, start-up), before its first update, for a compiler no
-learner uses. `Adam` below runs the same functional kernel (`torch.optim.adam.adam`, fused where
-torch fuses it) with the same arguments, so the update is torch's to the bit
-(`tests/rl/test_optim.py`), and its `state_dict` has torch's layout, so a checkpoint written
-with either loads into the other.
+compiler, `torch._dynamo`, on its first call. That import was the largest part of a learner's start
+before its first update (`bench/local.py`, start-up), for a compiler no learner uses. `Adam` below
+runs the same functional kernel (`torch.optim.adam.adam`, fused where torch fuses it) with the same
+arguments, so the update is torch's to the bit (`tests/rl/test_optim.py`), and its `state_dict` has
+torch's layout, so a checkpoint written with either loads into the other.
 """
 
 from __future__ import annotations

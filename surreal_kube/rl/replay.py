@@ -212,8 +212,8 @@ class SampleToInsertRatio:
     """Holds the ratio of items sampled to items inserted near a target, as Reverb's limiter.
 
     With a target of `samples_per_insert` (SPI), every inserted item should be drawn SPI times on
-    average: DDPG's learner should not fall behind agents that outrun it (4.7 draws per item was
-    measured with two agents and no limiter, where TD3 as usually run draws about 256), and PPO's
+    average: DDPG's learner should not fall behind agents that outrun it (with two agents and no
+    limiter it drew only a few per item, where TD3 as usually run draws about 256), and PPO's
     should take each sub-trajectory about once, while it is fresh. The limiter keeps
     `inserted * SPI - sampled` within `tolerance` items' worth (tolerance * SPI samples) of
     `center * SPI` (`center` defaults to `min_size`, as Reverb's; an on-policy shard places it

@@ -2,9 +2,9 @@
 
 Why: Adam moves each weight by about the learning rate per step, so a critic whose output must
 reach returns in the hundreds (Ant-v5 at gamma 0.995: about 1 a step for 200 effective steps)
-climbs only a fixed amount per update. Measured on Ant-v5 (PPO, 300 s) without this: the
-critic's explained variance stayed at 0 for 1,000 iterations while the mean return target crept
-from 11 to 88, so GAE's advantages were 25-step reward sums with a useless bootstrap.
+climbs only a fixed amount per update. On Ant-v5 without this (PPO, `bench/learning.py --figure
+ppo-ant`) the critic explained none of the returns while its targets crept up, so GAE's
+advantages were sub-trajectory reward sums with a useless bootstrap.
 
 The critic's head predicts returns in normalized units; `mean` and `std` (exponential moving
 statistics of the targets, debiased) map them back. When the statistics move, the head's last

@@ -1,11 +1,11 @@
 """`python -m surreal_kube.runtime.forkserver`: imports the roles' libraries once, forks the roles.
 
 Eleven role processes each importing torch, gymnasium, MuJoCo, ZeroMQ and the spec at the same
-moment took about 20 s on two cores before the learner's first update; most of it was the same
-imports done eleven times. The local backend starts this server first; it imports what roles
-need, in two stages (light: numpy, ZeroMQ, the spec, the runtime; heavy: torch, gymnasium,
-MuJoCo, only when a role that needs them is asked for), and forks each role from there: a role
-starts in milliseconds, sharing the imported pages copy-on-write.
+moment kept a small machine busy for a long time before the learner's first update (`bench/local.py`
+times it); most of it was the same imports done eleven times. The local backend starts this server
+first; it imports what roles need, in two stages (light: numpy, ZeroMQ, the spec, the runtime;
+heavy: torch, gymnasium, MuJoCo, only when a role that needs them is asked for), and forks each role
+from there: a role starts in milliseconds, sharing the imported pages copy-on-write.
 
 Forking is safe here because the server never runs anything but imports: no ZeroMQ context, no
 torch operation (so no OpenMP pool, no CUDA), no thread of its own. The child starts its own

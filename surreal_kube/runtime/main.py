@@ -193,9 +193,9 @@ def _exit_now(code: int) -> None:
 
     The role has closed what it holds (`main`'s finally: sockets, checkpoint, progress, logs).
     What finalization would add is one garbage collection over every object torch's compiler
-    stack and sympy created: a learner spent 3-4 s of its stop "Garbage-collecting" (faulthandler
-    during the exit, load average 10), 8 s with four learners stopping at once, time taken out of
-    the pod's grace period. Forked roles (runtime.forkserver) end the same way.
+    stack and sympy created: seconds of a learner's stop "Garbage-collecting" (faulthandler during
+    the exit), more with several learners stopping at once, time taken out of the pod's grace
+    period. Forked roles (runtime.forkserver) end the same way.
     """
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(Exception):

@@ -10,10 +10,10 @@ Modes (ReplaySpec.kind): `fifo` hands out the oldest items and removes them (on-
 `uniform` samples with replacement and keeps everything until overwritten (DDPG). Both drop the
 oldest items when full. `prioritized` needs a sum tree and comes from the learning core
 (`surreal_kube.rl.replay`, numpy-only so a shard never imports torch), wrapped by
-`ItemBufferAdapter`. Why not the learning core's FIFO and uniform buffers too: measured on the
-shard's path (256-transition inserts, 512-transition samples), this ring inserts about 2x and
-samples about 2x faster than `UniformReplay`, and is about 40x faster than the item-wise
-`FIFOReplay`; the semantics are the same.
+`ItemBufferAdapter`. Why not the learning core's FIFO and uniform buffers too: on the shard's
+path (whole stacked inserts, batched samples) this ring inserts and samples faster than
+`UniformReplay`, and far faster than the item-wise `FIFOReplay` (`bench/comm.py` measures the
+shard's path); the semantics are the same.
 """
 
 from __future__ import annotations

@@ -116,10 +116,10 @@ def pack_agents(count: int, cores: int) -> int:
     agent processes within `cores` (the process count must divide `count`).
 
     More agent processes than cores only add contention: on 2 cores, 8 agents as 8 processes
-    made the PPO learner wait for experience that aged past the policy-lag bound (HalfCheetah-v5,
-    150 s: lag 3.0, 14,703 items dropped as stale, 1,114 learner iterations, return 2,296), as 2
-    processes of 4 they matched 2 agents (lag 2.0, 1,612 dropped, 1,394 iterations, return 2,806
-    against 2,773 with 2 agents). On Kubernetes each pod has cores of its own: one agent a pod.
+    made the PPO learner wait for experience that aged past the policy-lag bound (more lag, many
+    more items dropped as stale, fewer learner iterations), while 2 processes of 4 kept up with 2
+    agents (`bench/learning.py --figure scale-out`). On Kubernetes each pod has cores of its
+    own: one agent a pod.
     """
     processes = max(p for p in range(1, min(count, max(1, cores)) + 1) if count % p == 0)
     return count // processes
