@@ -8,9 +8,8 @@ silently growing queue). Sockets are not thread-safe: each is used by the thread
 
 from __future__ import annotations
 
-from typing import Any
-
 import random
+from typing import Any
 
 import zmq
 
