@@ -419,7 +419,7 @@ def crash_looping(pod: Mapping[str, Any], max_restarts: int) -> str | None:
 def _unschedulable(
     pod: Mapping[str, Any],
     message: str,
-    nodes: list[Mapping[str, Any]] | None,
+    nodes: Sequence[Mapping[str, Any]] | None,
     free: Mapping[str, Mapping[str, float]] | None,
 ) -> str:
     wants = pod_requests(pod)
