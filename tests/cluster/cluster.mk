@@ -5,11 +5,16 @@
 #   make cluster-up     start a shared cluster on 127.0.0.1 with the real node (reused by tests)
 #   make cluster-down   stop it, leaving no process, port, mount or network namespace behind
 #   make cluster-env    print `export KUBECONFIG=... PATH=...` for: eval "$(make -s cluster-env)"
+#   make cluster-addons build the add-ons (Karpenter's kwok autoscaler, Kueue, kube-router's
+#                       NetworkPolicy firewall) into ~/.cache/surreal-kube/addons (or reuse)
 
 PYTHON ?= .venv/bin/python
 CLUSTER_DIR := tests/cluster
 
-.PHONY: controlplane node cluster-up cluster-down cluster-env
+.PHONY: controlplane node cluster-up cluster-down cluster-env cluster-addons
+
+# kube-router's firewall (tests/cluster/netpol.py) runs Debian's ipset; `make deb` installs it.
+DEB_PACKAGES += ipset
 
 controlplane:
 	@bash $(CLUSTER_DIR)/build.sh >/dev/null
@@ -17,6 +22,10 @@ controlplane:
 # After the control plane: kubelet and kube-proxy reuse Go's build cache that it filled.
 node: controlplane
 	@bash $(CLUSTER_DIR)/build-node.sh >/dev/null
+
+# After the control plane (the Go toolchain it may have fetched), one add-on at a time.
+cluster-addons: controlplane
+	@bash $(CLUSTER_DIR)/build-addons.sh >/dev/null
 
 # $(STAMP) is the main Makefile's "venv installed" file, when it defines one.
 cluster-up: controlplane node $(STAMP)

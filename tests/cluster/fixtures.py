@@ -162,3 +162,91 @@ def real_node(kube_cluster: KubeCluster) -> Iterator[Any]:
         yield rn
     finally:
         rn.stop()
+
+
+# ------------------------------------------------------------- add-ons (tests/cluster/addons.py)
+
+
+class AutoscaledCluster(KubeCluster):
+    """A private control plane whose node pools the autoscaler grows from 0 (`.autoscaler`)."""
+
+    def __init__(self, cp: controlplane.ControlPlane, autoscaler: Any) -> None:
+        super().__init__(cp, owned=True)
+        self.autoscaler = autoscaler
+
+
+class KueueCluster(KubeCluster):
+    """A private control plane with the default pools and Kueue (`.kueue`)."""
+
+    def __init__(self, cp: controlplane.ControlPlane, kueue: Any) -> None:
+        super().__init__(cp, owned=True)
+        self.kueue = kueue
+
+
+def _private_control_plane(addon: str, pools: Any = None) -> tuple[controlplane.ControlPlane, Any]:
+    """A private control plane (not started) and the add-on's bin directory, or a test
+    failure saying what to build: both builds outlast a test."""
+    from tests.cluster import addons
+
+    bin_dir = controlplane.built_bin_dir()
+    if bin_dir is None:
+        pytest.fail("the control-plane binaries are not built: run `make controlplane`", False)
+    addon_dir = addons.addon_bin_dir(addon)
+    if addon_dir is None:
+        pytest.fail(f"the {addon} add-on is not built: run `make cluster-addons`", False)
+    return controlplane.ControlPlane(bin_dir=bin_dir, pools=pools), addon_dir
+
+
+@pytest.fixture(scope="session")
+def autoscaled_cluster() -> Iterator[AutoscaledCluster]:
+    """A private control plane with no static node: Karpenter's kwok provider grows the
+    GKE-shaped cpu-pool and gpu-pool (addons.DEFAULT_SCALED_POOLS) from 0 for pending pods and
+    removes empty nodes 5 s after they empty. Private because an autoscaler acts on every
+    pending pod of its cluster, and other tests leave pods pending on purpose."""
+    from tests.cluster import addons
+
+    cp, addon_dir = _private_control_plane("karpenter", pools=[])
+    cp.start()
+    try:
+        autoscaler = addons.Autoscaler(cp, bin_dir=addon_dir).start()
+        try:
+            yield AutoscaledCluster(cp, autoscaler)
+        finally:
+            autoscaler.stop()
+    finally:
+        cp.stop()
+
+
+@pytest.fixture(scope="session")
+def kueue_cluster() -> Iterator[KueueCluster]:
+    """A private control plane (default pools) with Kueue and a ClusterQueue of 32 CPU,
+    128Gi and 4 GPUs on gpu-pool (one GPU node's worth), 32 CPU / 128Gi on cpu-pool. Private so
+    that Kueue's CRDs and queues never reach the shared cluster."""
+    from tests.cluster import addons
+
+    cp, addon_dir = _private_control_plane("kueue")
+    cp.start()
+    try:
+        kueue = addons.Kueue(cp, quota=addons.Quota(gpus=4), bin_dir=addon_dir).start()
+        try:
+            yield KueueCluster(cp, kueue)
+        finally:
+            kueue.stop()
+    finally:
+        cp.stop()
+
+
+@pytest.fixture(scope="session")
+def policy_engine(real_node: Any) -> Iterator[Any]:
+    """kube-router's NetworkPolicy firewall (tests/cluster/netpol.py) on the session's real
+    node, stopped (its chains and ipsets removed) at the end. `.node` is the RealNode."""
+    from tests.cluster import addons, netpol
+
+    addon_dir = addons.addon_bin_dir("kube-router")
+    if addon_dir is None:
+        pytest.fail("the kube-router add-on is not built: run `make cluster-addons`", False)
+    engine = netpol.PolicyEngine(real_node, bin_dir=addon_dir).start()
+    try:
+        yield engine
+    finally:
+        engine.stop()
