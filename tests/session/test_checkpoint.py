@@ -261,3 +261,19 @@ def test_a_full_disk_skips_a_periodic_save_and_it_is_retried_once_space_is_back(
         assert ckpt.save(state(5), 5) is not None  # space is back: written
         assert ckpt.last_error is None
         assert Checkpoint(fs, "learner").restore_latest().meta["global_steps"] == 5
+
+
+def test_a_checkpoint_that_cannot_be_read_now_is_skipped_but_never_set_aside(tmp_path):
+    ckpt = Checkpoint(tmp_path, "learner", keep_history=3)
+    for steps in (10, 20):
+        ckpt.save(state(steps), steps)
+    newest = tmp_path / "learner.20.ckpt"
+    newest.unlink()
+    newest.mkdir()  # reading it is an OSError (IsADirectoryError), as EIO would be
+    again = Checkpoint(tmp_path, "learner", keep_history=3)
+    assert again.restore_latest().meta["global_steps"] == 10  # the older one, meanwhile
+    assert again.set_aside == [] and newest.is_dir()  # left in place: it may read later
+    (tmp_path / "learner.10.ckpt").unlink()
+    alone = Checkpoint(tmp_path, "learner", keep_history=3)
+    with pytest.raises(CheckpointError, match="cannot read checkpoint"):
+        alone.restore_latest()  # a restart tries again, rather than a fresh start over it
