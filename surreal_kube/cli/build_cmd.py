@@ -153,7 +153,9 @@ def build(
 
       cd ~/my-project && surreal-kube build exp-mine --env gym:mypkg.envs:MyEnv-v0
     """
-    from surreal_kube.launch.kube.images import planner
+    from surreal_kube.launch.kube.images import engine as image_engine
+    from surreal_kube.launch.kube.images import load as image_load
+    from surreal_kube.launch.kube.images import planner, wheelhouse
     from surreal_kube.launch.kube.profile import load_profile
     from surreal_kube.launch.kube.render.objects import used_image_keys
 
@@ -168,9 +170,9 @@ def build(
     if wheelhouse is not None and no_wheelhouse:
         raise SpecError("--wheelhouse and --no-wheelhouse exclude each other")
     if load and not dry_run:
-        planner.check_containerd(containerd_address, ctr)  # before a long build, not after
-    client = planner.docker_client(engine)
-    plans = planner.plan_images(
+        image_load.check_containerd(containerd_address, ctr)  # before a long build, not after
+    client = image_engine.docker_client(engine)
+    plans = image_engine.plan_images(
         exp,
         client=client,
         keys=used_image_keys(exp),
@@ -181,13 +183,13 @@ def build(
         platform=platform,
     )
     if not dry_run:
-        house = None if no_wheelhouse else (wheelhouse or planner.default_wheelhouse())
-        plans = planner.build_images(plans, client, push=push, progress=info, wheelhouse=house)
+        house = None if no_wheelhouse else (wheelhouse or wheelhouse.default_wheelhouse())
+        plans = image_engine.build_images(plans, client, push=push, progress=info, wheelhouse=house)
         plans = [*plans, *_operator_image(plans, client, push=push)]
         if kind:
-            plans = planner.load_into_kind(plans, kind, progress=info)
+            plans = image_load.load_into_kind(plans, kind, progress=info)
         if load:
-            plans = planner.load_into_containerd(
+            plans = image_load.load_into_containerd(
                 plans, client, address=containerd_address, ctr=ctr, progress=info
             )
         if not push and not kind and registry is None and planner.default_registry() is None:
@@ -205,15 +207,17 @@ def _operator_image(plans: list[ImagePlan], client: Any, *, push: bool) -> list[
     from dataclasses import replace
     from importlib.metadata import version
 
-    from surreal_kube.launch.kube.images import planner
+    from surreal_kube.launch.kube.images import engine as image_engine
 
     cpu = next((p for p in plans if p.key == "cpu" and p.status != "prebuilt"), None)
     if cpu is not None and cpu.base is not None:
         cpu = cpu.base  # a user project's image: the operator runs surreal-kube's own
-    if cpu is None or not planner.exists_locally(client, cpu.reference):
+    if cpu is None or not image_engine.exists_locally(client, cpu.reference):
         return []  # prebuilt, or only in the registry: nothing here to tag
-    tagged = replace(planner.release_tag(cpu, client, version("surreal-kube")), status=cpu.status)
+    tagged = replace(
+        image_engine.release_tag(cpu, client, version("surreal-kube")), status=cpu.status
+    )
     if push:
-        planner.push_one(tagged, client, info)
+        image_engine.push_one(tagged, client, info)
         tagged = replace(tagged, status="pushed")
     return [tagged]

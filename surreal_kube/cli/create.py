@@ -326,7 +326,7 @@ def run_kube(
     chosen profile, from which the operator makes the same plan.
     """
     from surreal_kube.cli.render_cmd import planned, print_objects
-    from surreal_kube.launch.kube.lifecycle import cluster
+    from surreal_kube.launch.kube.lifecycle import creating, deleting, finding, waiting
     from surreal_kube.launch.kube.profile import load_profile
     from surreal_kube.launch.kube.render.objects import dump_objects
 
@@ -337,7 +337,7 @@ def run_kube(
     kube = kv.connect(where, exp.metadata.name, creating=True)
     kube.raw("GET", "/version", what="reach the API server")  # unreachable: say so first
     chooser = image_chooser(prof, images, build=build, push=push, check=preflight)
-    plan = cluster.plan_create(
+    plan = creating.plan_create(
         kube, exp, profile=prof, preflight=preflight, images=chooser, direct=direct
     )
     name = exp.metadata.name
@@ -348,23 +348,23 @@ def run_kube(
             "cluster's volume, pools and pull secrets); pre-flight here used the live nodes"
         )
     if dry_run == "server":
-        applied = cluster.create(kube, plan, dry_run="server")
+        applied = creating.create(kube, plan, dry_run="server")
         info(f"{name}: the API server accepted {len(applied)} objects (dry run, nothing stored)")
         result(dump_objects(applied, "yaml"))
         return
     info(f"creating {name} in namespace {plan.namespace} (context {kube.context}) {via}")
-    cluster.create(kube, plan, progress=info)
+    creating.create(kube, plan, progress=info)
     if not wait:
         _next_steps(name, plan.namespace)
         return
     started = time.monotonic()
     try:
         status = _wait_running(kube, plan, name, started, timeout)
-    except cluster.RefusedError as exc:
+    except waiting.RefusedError as exc:
         # the operator refused it (or none runs): leave nothing behind
-        found = cluster.find_or_none(kube, name, plan.namespace)
+        found = finding.find_or_none(kube, name, plan.namespace)
         if found is not None:
-            cluster.delete(kube, found, wait=True, timeout=60)
+            deleting.delete(kube, found, wait=True, timeout=60)
         raise LaunchError(f"{exc}; {name} was deleted again") from exc
     took = time.monotonic() - started
     info(f"{name} is running: {status.ready} pods, {status.agents} agents ({took:.0f}s)")
@@ -374,13 +374,13 @@ def run_kube(
 
 def _wait_running(kube: Any, plan: Any, name: str, started: float, timeout: float) -> Any:
     """Wait for Running: a live view on a terminal, one line per change otherwise."""
-    from surreal_kube.launch.kube.lifecycle import cluster
+    from surreal_kube.launch.kube.lifecycle import waiting
 
     if err.is_terminal:
         from rich.live import Live
 
         with Live(console=err.console, refresh_per_second=2, transient=False) as live:
-            return cluster.wait_running(
+            return waiting.wait_running(
                 kube,
                 plan,
                 timeout=timeout,
@@ -396,7 +396,7 @@ def _wait_running(kube: Any, plan: Any, name: str, started: float, timeout: floa
             last[0] = line
 
     try:
-        return cluster.wait_running(kube, plan, timeout=timeout, tick=tick)
+        return waiting.wait_running(kube, plan, timeout=timeout, tick=tick)
     finally:
         if last[1] is not None:  # the components once, as they ended up
             err.print(kv.progress_view(name, last[1], started))

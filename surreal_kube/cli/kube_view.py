@@ -24,7 +24,8 @@ if TYPE_CHECKING:
     from rich.text import Text
 
     from surreal_kube.launch.kube.api.client import Kube
-    from surreal_kube.launch.kube.lifecycle.cluster import Found, Target
+    from surreal_kube.launch.kube.api.target import Target
+    from surreal_kube.launch.kube.lifecycle.finding import Found
     from surreal_kube.launch.kube.status.summary import ExperimentStatus
 
 Kubeconfig = Annotated[
@@ -60,7 +61,7 @@ _PHASE_STYLE = {"Running": "green", "Pending": "yellow", "Failed": "bold red", "
 
 
 def target(kubeconfig: Path | None, context: str | None, namespace: str | None) -> Target:
-    from surreal_kube.launch.kube.lifecycle.cluster import Target
+    from surreal_kube.launch.kube.api.target import Target
 
     return Target(kubeconfig=kubeconfig, context=context, namespace=namespace)
 
@@ -139,9 +140,9 @@ def connect(where: Target, name: str | None = None, *, creating: bool = False) -
 def find(kube: Kube, name: str) -> Found:
     """The experiment on the cluster; not found names the namespace, context and local twin."""
     from surreal_kube.errors import LaunchError
-    from surreal_kube.launch.kube.lifecycle import cluster
+    from surreal_kube.launch.kube.lifecycle import finding
 
-    found = cluster.find_or_none(kube, name)
+    found = finding.find_or_none(kube, name)
     if found is None:
         twin = _local_twin(name)
         hint = (
@@ -217,9 +218,9 @@ def progress_view(name: str, status: ExperimentStatus, started: float) -> Group:
 def processes_table(status: ExperimentStatus) -> Text:
     """One row per pod: phase, ready, restarts, node, reason.
 
-    Aligned text, not a rich Table: a Table measures and renders every cell of every row, about
-    4 ms a row here, so the 1,022 pods of a 10,000-agent experiment took 4-5 s to print (the
-    status of that experiment is meant to take under 2 s). Columns are padded to their widest
+    Aligned text, not a rich Table: a Table measures and renders every cell of every row, so the
+    1,022 pods of a 10,000-agent experiment took seconds to print, longer than the whole status
+    of that experiment is meant to take (`bench/scale.py`). Columns are padded to their widest
     cell as kubectl pads them; only the phase is styled. Printed with soft wrap (`status`), a
     long reason runs on as kubectl's does, for the terminal to wrap, instead of being cut.
     """

@@ -97,13 +97,13 @@ def list_(
 
 def _kube_rows(kube: Any, all_namespaces: bool) -> tuple[str, list[dict[str, Any]]]:
     """(where it looked, one row per experiment on the cluster)."""
-    from surreal_kube.launch.kube.lifecycle import cluster
+    from surreal_kube.launch.kube.lifecycle import finding, observing
     from surreal_kube.launch.kube.status import progress as kube_progress
 
     rows = []
     records = kube_progress.read_all(kube, kube.namespace, all_namespaces=all_namespaces)
-    for found in cluster.list_found(kube, all_namespaces=all_namespaces):
-        st = cluster.status_of(kube, found, capacity="none")
+    for found in finding.list_found(kube, all_namespaces=all_namespaces):
+        st = observing.status_of(kube, found, capacity="none")
         kube_progress.merge(st, records.get((found.namespace, found.name)))
         rows.append(
             {
@@ -112,7 +112,7 @@ def _kube_rows(kube: Any, all_namespaces: bool) -> tuple[str, list[dict[str, Any
                 "backend": "kube",
                 "via": "operator" if found.via_operator else "direct",
                 "phase": st.phase,
-                "age": cluster.age(found.created),
+                "age": observing.age(found.created),
                 "agents": st.agents,
                 "gpus": st.gpus,
                 "learnerIteration": st.learner_iteration,
@@ -239,7 +239,8 @@ def _status_kube(name: str, where: kv.Target, output: str | None) -> None:
     from concurrent.futures import ThreadPoolExecutor
 
     from surreal_kube.launch.kube import naming
-    from surreal_kube.launch.kube.lifecycle import cluster
+    from surreal_kube.launch.kube.api import watch as kube_watch
+    from surreal_kube.launch.kube.lifecycle import observing
     from surreal_kube.launch.kube.status import progress as kube_progress
 
     kube = kv.connect(where, name)
@@ -247,12 +248,12 @@ def _status_kube(name: str, where: kv.Target, output: str | None) -> None:
     # trip, and a thousand pods are the longest answer
     with ThreadPoolExecutor(max_workers=2) as pool:
         pods = pool.submit(
-            cluster.list_pods, kube, kube.namespace, naming.experiment_selector(name)
+            kube_watch.list_pods, kube, kube.namespace, naming.experiment_selector(name)
         )
         record = pool.submit(kube_progress.read, kube, name, kube.namespace)
         found = kv.find(kube, name)
         found.pods = pods.result()
-        st = cluster.status_of(kube, found)
+        st = observing.status_of(kube, found)
         kube_progress.merge(st, record.result())
     if output == "name":
         names([name])
@@ -479,13 +480,13 @@ def delete(
     """
     seconds = so.parse_duration(timeout, "--timeout") or 0.0
     if not kv.is_local(name, local, root, kubeconfig, context, namespace):
-        from surreal_kube.launch.kube.lifecycle import cluster
+        from surreal_kube.launch.kube.lifecycle import deleting
 
         kube = kv.connect(kv.target(kubeconfig, context, namespace), name)
         found = kv.find(kube, name)
         if wait:
             info(f"deleting {name} from namespace {found.namespace}; waiting for its objects...")
-        left = cluster.delete(kube, found, wait=wait, timeout=seconds)
+        left = deleting.delete(kube, found, wait=wait, timeout=seconds)
         if left:
             raise LaunchError(
                 f"{name}: {len(left)} objects still there after {seconds:.0f}s: "

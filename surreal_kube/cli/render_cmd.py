@@ -70,7 +70,7 @@ def cluster_profile(profile: Path | None, discover: bool, context: str | None) -
     if not discover:
         return base
     from surreal_kube.launch.kube.api.client import Kube, KubeError
-    from surreal_kube.launch.kube.lifecycle.cluster import discover_pools
+    from surreal_kube.launch.kube.placement.pools import discover_pools
 
     try:
         kube = Kube(context=context)
@@ -210,7 +210,7 @@ def resolve_images(
     tag, built with --build, else checked in the engine (or the registry with a profile registry)
     when one is reachable. used: the keys the experiment runs, when its plan knows them already.
     """
-    from surreal_kube.launch.kube.images import planner
+    from surreal_kube.launch.kube.images import engine, planner, wheelhouse
 
     if used is None:
         from surreal_kube.launch.kube.render.objects import used_image_keys
@@ -233,16 +233,16 @@ def resolve_images(
     if not (build or check):
         return refs | planner.references(offline)
     try:
-        client = planner.docker_client()
+        client = engine.docker_client()
     except LaunchError as exc:
         if build:
             raise
         info(f"warning: images not checked ({exc})")
         return refs | planner.references(offline)
-    plans = planner.plan_images(exp, client=client, keys=keys, registry=registry, push=push)
+    plans = engine.plan_images(exp, client=client, keys=keys, registry=registry, push=push)
     if build:
-        plans = planner.build_images(
-            plans, client, push=push, progress=info, wheelhouse=planner.default_wheelhouse()
+        plans = engine.build_images(
+            plans, client, push=push, progress=info, wheelhouse=wheelhouse.default_wheelhouse()
         )
     missing = [p for p in plans if p.status == "missing"]
     if missing:

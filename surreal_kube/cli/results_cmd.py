@@ -115,7 +115,7 @@ def _local_doing(state: dict[str, Any]) -> str:
 def _kube_files(name: str, where: kv.Target) -> dict[str, bytes]:
     from surreal_kube.launch.kube import naming
     from surreal_kube.launch.kube.api.client import resource
-    from surreal_kube.launch.kube.lifecycle import cluster
+    from surreal_kube.launch.kube.lifecycle import observing
     from surreal_kube.launch.kube.status import progress as kube_progress
     from surreal_kube.session import results as shared
 
@@ -125,7 +125,7 @@ def _kube_files(name: str, where: kv.Target) -> dict[str, bytes]:
     data = dict((cm or {}).get("data") or {})
     binary = dict((cm or {}).get("binaryData") or {})
     if shared.SUMMARY not in data:
-        st = cluster.status_of(kube, found, capacity="none")
+        st = observing.status_of(kube, found, capacity="none")
         kube_progress.merge(st, kube_progress.read(kube, name, found.namespace))
         session = found.exp.spec.session
         when = (

@@ -46,7 +46,7 @@ def scale(
       surreal-kube scale exp-ppo-ant --agents 16
       surreal-kube scale exp-ppo-ant --agents 4 --wait -n rl
     """
-    from surreal_kube.launch.kube.lifecycle import cluster
+    from surreal_kube.launch.kube.lifecycle import scaling, waiting
     from surreal_kube.launch.kube.profile import load_profile
 
     if agents < 1:  # bad input is refused before any kubeconfig is read
@@ -56,10 +56,10 @@ def scale(
     found = kv.find(kube, name)
     prof = load_profile(profile) if profile is not None else None
     before = found.exp.spec.agents.count
-    new = cluster.scale(kube, found, agents, profile=prof, progress=info)
+    new = scaling.scale(kube, found, agents, profile=prof, progress=info)
     info(f"{name}: agents {before} -> {agents}")
     if wait:
         found.exp = new
-        st = cluster.wait_running(kube, found, timeout=seconds)
+        st = waiting.wait_running(kube, found, timeout=seconds)
         info(f"{name}: {st.agents} agents ready")
     result(name)

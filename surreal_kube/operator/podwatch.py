@@ -24,7 +24,7 @@ from surreal_kube.launch.kube import naming
 from surreal_kube.launch.kube.api import slim
 from surreal_kube.launch.kube.api.client import POD, Kube, KubeError, Resource
 from surreal_kube.launch.kube.api.slim import Decode
-from surreal_kube.launch.kube.lifecycle.cluster import list_with_version
+from surreal_kube.launch.kube.api.watch import list_with_version
 
 log = logging.getLogger(__name__)
 

@@ -30,6 +30,7 @@ from surreal_kube.experiment.resolve import experiment_topology
 from surreal_kube.experiment.spec import Experiment
 from surreal_kube.launch.kube import naming
 from surreal_kube.launch.kube.api import slim
+from surreal_kube.launch.kube.api import watch as kube_watch
 from surreal_kube.launch.kube.api.client import (
     EXPERIMENT,
     NODE,
@@ -39,7 +40,8 @@ from surreal_kube.launch.kube.api.client import (
     NotFoundError,
     resource,
 )
-from surreal_kube.launch.kube.lifecycle import apply, cluster
+from surreal_kube.launch.kube.lifecycle import apply, observing
+from surreal_kube.launch.kube.placement import pools
 from surreal_kube.launch.kube.plan import (
     ImageChooser,
     Plan,
@@ -48,6 +50,7 @@ from surreal_kube.launch.kube.plan import (
     object_profile,
 )
 from surreal_kube.launch.kube.profile import ClusterProfile
+from surreal_kube.launch.kube.render import custom_resource
 from surreal_kube.launch.kube.status import progress as kube_progress
 from surreal_kube.launch.kube.status.summary import (
     Condition,
@@ -141,12 +144,12 @@ def shape_of(obj: Mapping[str, Any]) -> Shape:
         if shape is not None:
             _shapes.move_to_end(key)
             return shape
-    exp = cluster.resolve_object(obj)
+    exp = custom_resource.resolve_object(obj)
     topo = experiment_topology(exp)
     shape = Shape(
-        desired=cluster.desired_groups(exp, topo),
+        desired=observing.desired_groups(exp, topo),
         agents_per_pod=exp.spec.agents.per_process,
-        gpus=cluster.requested_gpus(exp, topo),
+        gpus=observing.requested_gpus(exp, topo),
     )
     if meta.get("uid") and meta.get("generation"):
         with _shapes_guard:
@@ -193,7 +196,7 @@ def profile(
     if kube is None or not config.read_nodes:
         return base  # no pools listed: placement is the scheduler's (--no-read-nodes)
     if base is not None and base.pools:
-        return cluster.effective_profile(None, base, check_fit=True, read_nodes=False)
+        return pools.effective_profile(None, base, check_fit=True, read_nodes=False)
     key = base.model_dump_json() if base is not None else ""
     held = _held_nodes(config)
     with _profile_cache.lock:
@@ -206,10 +209,10 @@ def profile(
             if len(_profile_cache.profiles) > 64:  # many experiments, many profiles: bounded
                 _profile_cache.profiles.clear()
             if held is not None:
-                cached = cluster.effective_profile(kube, base, check_fit=True, nodes=held[0])
+                cached = pools.effective_profile(kube, base, check_fit=True, nodes=held[0])
                 _profile_cache.profiles[key] = (cached, ("watch", float(held[1])))
             else:
-                cached = cluster.effective_profile(kube, base, check_fit=True)
+                cached = pools.effective_profile(kube, base, check_fit=True)
                 _profile_cache.profiles[key] = (cached, ("list", time.monotonic()))
         return cached
 
@@ -242,7 +245,7 @@ def default_images(config: Config) -> ImageChooser:
 def plan_of(kube: Kube | None, obj: Mapping[str, Any], config: Config) -> Plan:
     """The one plan of an `Experiment` object (`launch/kube/plan.py`), owned by it: the same
     plan `surreal-kube create` makes for the same spec and profile."""
-    exp = cluster.resolve_object(obj)
+    exp = custom_resource.resolve_object(obj)
     return make_plan(
         exp,
         obj["metadata"]["namespace"],
@@ -436,11 +439,11 @@ def refresh(
             return ExperimentStatus.model_validate(new)
         selector = naming.experiment_selector(name)
         if pods is None:
-            found = cluster.list_pods(kube, namespace, selector)
+            found = kube_watch.list_pods(kube, namespace, selector)
         else:
             found = pods.pods(
                 (namespace, name),
-                lambda: cluster.list_with_version(
+                lambda: kube_watch.list_with_version(
                     kube, POD, namespace, selector, decode=slim.pod_list
                 ),
             )
@@ -464,7 +467,7 @@ def refresh(
             pods=found,
             agents_per_pod=shape.agents_per_pod,
             gpus=shape.gpus,
-            agent_selector=cluster.agent_selector(name),
+            agent_selector=observing.agent_selector(name),
             nodes=nodes,
             replacements=replacements,
             learner_max_restarts=config.learner_max_restarts,

@@ -8,9 +8,9 @@ import re
 import pytest
 import yaml
 
-from surreal_kube.launch.kube.lifecycle.cluster import resolve_object
 from surreal_kube.launch.kube.profile import ClusterProfile, profile_from_dict
 from surreal_kube.launch.kube.render import crd
+from surreal_kube.launch.kube.render.custom_resource import resolve_object
 from surreal_kube.operator import rbac
 from surreal_kube.operator.main import parse
 from tests.charts.helm import CHART, ROOT, by_kind, helm, template

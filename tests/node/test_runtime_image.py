@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from surreal_kube.launch.kube import naming
-from surreal_kube.launch.kube.images import planner as images
+from surreal_kube.launch.kube.images import load as image_load
 from tests.cluster.fixtures import KubeCluster
 from tests.launch.kube.engine import (
     BASE_IMAGE,
@@ -79,7 +79,7 @@ def loaded_image(engine: Engine, real_node: Any, tmp_path_factory: pytest.TempPa
     assert by_key["cpu"][1] == "loaded" and by_key["operator"][1] == "loaded", rows
     names = real_node.image_names()
     for ref, _ in by_key.values():
-        assert images.normalized(ref) in names
+        assert image_load.normalized(ref) in names
     return by_key["cpu"][0]
 
 

@@ -10,8 +10,8 @@ import yaml
 
 from surreal_kube.errors import SpecError
 from surreal_kube.experiment.resolve import resolve_experiment, to_document
-from surreal_kube.launch.kube.lifecycle.cluster import experiment_object, resolve_object
 from surreal_kube.launch.kube.render import crd
+from surreal_kube.launch.kube.render.custom_resource import experiment_object, resolve_object
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -15,7 +15,7 @@ import pytest
 
 from surreal_kube.experiment.resolve import resolve_experiment
 from surreal_kube.launch.kube.api.client import EXPERIMENT
-from surreal_kube.launch.kube.lifecycle.cluster import experiment_object
+from surreal_kube.launch.kube.render.custom_resource import experiment_object
 from tests.operator.support import SPEC_IMAGES, connect, ensure_crd, kubectl
 
 pytestmark = pytest.mark.cluster

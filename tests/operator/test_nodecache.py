@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from surreal_kube.launch.kube.lifecycle.cluster import profile_from_nodes
+from surreal_kube.launch.kube.placement.pools import profile_from_nodes
 from surreal_kube.operator.nodecache import NodeCache, slim_node
 from tests.launch.kube.test_lifecycle_status import NODES, node
 

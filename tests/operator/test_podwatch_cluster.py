@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 
 from surreal_kube.launch.kube import naming
+from surreal_kube.launch.kube.api import watch as kube_watch
 from surreal_kube.launch.kube.api.client import NODE, Kube, resource
-from surreal_kube.launch.kube.lifecycle import cluster
 from surreal_kube.operator import reconcile
 from surreal_kube.operator.nodecache import NodeCache
 from surreal_kube.operator.podwatch import PodWatcher, Watcher
@@ -100,7 +100,7 @@ def test_the_node_watch_keeps_the_pools_without_a_list_of_nodes(kube_cluster, ku
         counting = CountingKube(kubeconfig=kube_cluster.kubeconfig, namespace=kube_namespace)
         config = reconcile.Config(nodes=cache)
         pools = reconcile.profile(counting, config).pools  # type: ignore[union-attr]
-        assert pools == cluster.discover_pools(kube).pools
+        assert pools == pools.discover_pools(kube).pools
         assert not [p for p in counting.paths if p.endswith("/nodes")], counting.paths
 
         kube.create(
@@ -192,7 +192,7 @@ def test_the_children_are_watched_as_metadata_and_a_deleted_one_is_recreated(
 def test_a_metadata_watch_carries_no_spec_or_data(kube_cluster, kube_namespace):
     kube = connect(kube_cluster, kube_namespace)
     cm = resource("v1", "ConfigMap")
-    _, version = cluster.list_with_version(kube, cm, kube_namespace, "", metadata_only=True)
+    _, version = kube_watch.list_with_version(kube, cm, kube_namespace, "", metadata_only=True)
     kube.create({"apiVersion": "v1", "kind": "ConfigMap", "data": {"k": "v"},
                  "metadata": {"name": "meta-only"}}, kube_namespace)  # fmt: skip
     for kind, obj in kube.watch(
@@ -204,6 +204,6 @@ def test_a_metadata_watch_carries_no_spec_or_data(kube_cluster, kube_namespace):
             break
     else:
         raise AssertionError("no event of the ConfigMap")
-    listed, _ = cluster.list_with_version(kube, cm, kube_namespace, "", metadata_only=True)
+    listed, _ = kube_watch.list_with_version(kube, cm, kube_namespace, "", metadata_only=True)
     found = [o for o in listed if o["metadata"]["name"] == "meta-only"]
     assert found and "data" not in found[0]

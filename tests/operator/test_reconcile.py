@@ -113,15 +113,17 @@ def test_a_costly_status_refresh_spaces_out_the_next(monkeypatch: pytest.MonkeyP
 def test_a_refresh_resolves_a_spec_once_per_generation(monkeypatch: pytest.MonkeyPatch) -> None:
     """Resolving the spec and building its topology was half of each status refresh's CPU
     while 1,022 pods started; the spec changes only with the object's generation."""
-    from surreal_kube.launch.kube.lifecycle import cluster
+    from surreal_kube.launch.kube.render import custom_resource
 
     exp = resolve_experiment("exp-shape", sets=["agents.count=40", "agents.batch=10"])
-    obj = cluster.experiment_object(exp, "ns")
+    obj = custom_resource.experiment_object(exp, "ns")
     obj["metadata"].update(uid="uid-1", generation=1)
     resolved: list[str] = []
-    real = cluster.resolve_object
+    real = custom_resource.resolve_object
     monkeypatch.setattr(
-        cluster, "resolve_object", lambda o: resolved.append(o["metadata"]["uid"]) or real(o)
+        custom_resource,
+        "resolve_object",
+        lambda o: resolved.append(o["metadata"]["uid"]) or real(o),
     )
     first = reconcile.shape_of(obj)
     assert first.desired["agents"] == 4 and first.agents_per_pod == 10

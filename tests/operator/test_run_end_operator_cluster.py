@@ -17,8 +17,8 @@ from surreal_kube.experiment import progress
 from surreal_kube.experiment.resolve import resolve_experiment
 from surreal_kube.launch.kube import naming
 from surreal_kube.launch.kube.api.client import EXPERIMENT, resource
-from surreal_kube.launch.kube.lifecycle.cluster import experiment_object
 from surreal_kube.launch.kube.profile import load_profile
+from surreal_kube.launch.kube.render.custom_resource import experiment_object
 from surreal_kube.operator import reconcile
 from tests.launch.kube.reporter_support import write_progress
 from tests.operator.support import (

@@ -31,11 +31,18 @@ from dataclasses import dataclass
 from typing import Any
 
 from surreal_kube.errors import SpecError
-from surreal_kube.experiment.resolve import experiment_topology
+from surreal_kube.experiment.resolve import experiment_topology, to_document, validate_document
 from surreal_kube.experiment.spec import Experiment
 from surreal_kube.experiment.topology import Topology
+from surreal_kube.launch.kube.images.planner import planned_references
 from surreal_kube.launch.kube.placement.place import Placement, place
 from surreal_kube.launch.kube.profile import ClusterProfile, profile_from_dict
+from surreal_kube.launch.kube.render.objects import (
+    dump_objects,
+    image_key,
+    render_experiment,
+    used_image_keys,
+)
 
 ImageChooser = Callable[[Experiment, list[str]], Mapping[str, str]]
 """(experiment, keys of spec.images it runs) -> key -> exact reference."""
@@ -68,14 +75,12 @@ class Plan:
 
     def yaml(self) -> str:
         """The objects as one deterministic YAML stream (what `render` prints)."""
-        from surreal_kube.launch.kube.render.objects import dump_objects
 
         return dump_objects(self.objects, "yaml")
 
 
 def image_keys(exp: Experiment, topology: Topology) -> list[str]:
     """The keys of `spec.images` the topology runs (no GPU: no CUDA image)."""
-    from surreal_kube.launch.kube.render.objects import image_key
 
     return sorted({image_key(exp, g.component) for g in topology.groups})
 
@@ -106,8 +111,6 @@ def make_plan(
 
     Raises SpecError (cannot be placed, bad image key) or LaunchError before anything is applied.
     """
-    from surreal_kube.launch.kube.lifecycle.cluster import pin_images
-    from surreal_kube.launch.kube.render.objects import render_experiment
 
     prof = profile or ClusterProfile()
     topology = experiment_topology(exp)
@@ -116,8 +119,6 @@ def make_plan(
     chosen = dict(images(exp, keys) if callable(images) else (images or {}))
     missing = [k for k in keys if k not in chosen]
     if missing:
-        from surreal_kube.launch.kube.images.planner import planned_references
-
         chosen.update(planned_references(exp, keys=missing, registry=prof.registry))
     pinned = pin_images(exp, chosen)  # images are not part of the topology: it stays valid
     objects = (
@@ -143,6 +144,35 @@ def make_plan(
         objects=objects,
         owner=owner,
     )
+
+
+# --------------------------------------------------------------------------- images
+
+
+def pin_images(exp: Experiment, refs: Mapping[str, str]) -> Experiment:
+    """The experiment with `spec.images[key]` replaced by the exact references it runs.
+
+    Both paths render from the pinned spec, so the spec's ConfigMap is the same whether the CLI
+    or the operator applies it, and the operator never needs the build context.
+    """
+    if not refs:
+        return exp
+    doc = to_document(exp)
+    for key, ref in refs.items():
+        doc["spec"]["images"][key] = {"image": ref, "build": None}
+    return validate_document(doc)
+
+
+def used_image_refs(exp: Experiment) -> dict[str, str] | None:
+    """key -> reference when every image the experiment runs is prebuilt (pinned), else None."""
+
+    refs = {}
+    for key in used_image_keys(exp):
+        spec = exp.spec.images.get(key)
+        if spec is None or spec.image is None:
+            return None
+        refs[key] = spec.image
+    return refs
 
 
 # --------------------------------------------------------------------------- the object's profile

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from surreal_kube.experiment.resolve import experiment_topology, resolve_experiment
-from surreal_kube.launch.kube.lifecycle import cluster
+from surreal_kube.launch.kube.placement import pools as kube_pools
 from surreal_kube.launch.kube.placement.place import place
 from surreal_kube.launch.kube.profile import profile_from_dict
 from tests.operator.support import connect
@@ -34,7 +34,7 @@ def test_a_declared_pool_at_zero_joins_the_live_pools(
     kube_cluster: Any, kube_namespace: str
 ) -> None:
     kube = connect(kube_cluster, kube_namespace)
-    profile = cluster.effective_profile(kube, profile_from_dict(AT_ZERO), check_fit=True)
+    profile = kube_pools.effective_profile(kube, profile_from_dict(AT_ZERO), check_fit=True)
     assert profile is not None
     pools = {p.name: (p.count, p.capacity_count) for p in profile.pools}
     assert pools["gpu-l4"] == (0, 2)

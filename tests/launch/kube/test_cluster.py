@@ -24,7 +24,7 @@ import pytest
 from surreal_kube.errors import SpecError
 from surreal_kube.launch.kube.api.client import Kube
 from surreal_kube.launch.kube.lifecycle.apply import create_objects
-from surreal_kube.launch.kube.lifecycle.cluster import discover_pools
+from surreal_kube.launch.kube.placement.pools import discover_pools
 from surreal_kube.launch.kube.profile import ClusterProfile, profile_from_dict
 from surreal_kube.launch.kube.render.objects import render_experiment
 from tests.launch.kube.specs import IMAGES, MATRIX, endpoint_of_variable, experiment

@@ -13,6 +13,7 @@ import pytest
 from surreal_kube.errors import SpecError
 from surreal_kube.experiment.resolve import resolve_experiment
 from surreal_kube.launch.kube.images import planner as images
+from surreal_kube.launch.kube.images import wheelhouse
 from tests.envs.userpkg import write_user_project
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -87,8 +88,8 @@ def test_the_platform_is_amd64_by_default_and_part_of_the_tag(
     assert from_env.reference == arm.reference
     with pytest.raises(SpecError, match=r"platform 'amd64': expected os/arch\[/variant\]"):
         images.plan_offline(exp, keys=["cpu"], platform="amd64")
-    assert images.pip_machine("linux/amd64") == "x86_64"
-    assert images.pip_machine("linux/arm64") == "aarch64"
+    assert wheelhouse.pip_machine("linux/amd64") == "x86_64"
+    assert wheelhouse.pip_machine("linux/arm64") == "aarch64"
 
 
 def test_one_registry_setting_for_every_verb(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from surreal_kube.experiment.resolve import resolve_experiment
+from surreal_kube.launch.kube.images import engine as image_engine
 from surreal_kube.launch.kube.images import planner as images
 from surreal_kube.launch.kube.render.objects import render_experiment
 from tests.launch.kube.engine import (
@@ -84,7 +85,7 @@ def test_unchanged_is_kept_changed_is_rebuilt_and_the_image_runs(
             "resources.learner.gpu=1",
         ],
     )
-    client = images.docker_client(engine.url)
+    client = image_engine.docker_client(engine.url)
     built: list[str] = []
 
     def progress(line: str) -> None:
@@ -92,12 +93,14 @@ def test_unchanged_is_kept_changed_is_rebuilt_and_the_image_runs(
             built.append(line.split()[1])
 
     def plan() -> list[images.ImagePlan]:
-        return images.plan_images(exp, client=client, keys=["cpu", "gpu"], build_args=OFFLINE_ARGS)
+        return image_engine.plan_images(
+            exp, client=client, keys=["cpu", "gpu"], build_args=OFFLINE_ARGS
+        )
 
     try:
         first = plan()
         assert [p.status for p in first] == ["missing", "missing"]
-        first = images.build_images(first, client, progress=progress)
+        first = image_engine.build_images(first, client, progress=progress)
         assert [p.status for p in first] == ["built", "built"]
         assert built == [p.reference for p in first]
         ids = {p.key: client.images.get(p.reference).id for p in first}
@@ -123,7 +126,7 @@ def test_unchanged_is_kept_changed_is_rebuilt_and_the_image_runs(
 
         # unchanged context: same tags, nothing rebuilt
         built.clear()
-        second = images.build_images(plan(), client, progress=progress)
+        second = image_engine.build_images(plan(), client, progress=progress)
         assert [(p.reference, p.status) for p in second] == [
             (p.reference, "present") for p in first
         ]
@@ -137,7 +140,7 @@ def test_unchanged_is_kept_changed_is_rebuilt_and_the_image_runs(
         by_key = {p.key: p for p in third}
         assert by_key["cpu"].reference != first[0].reference and by_key["cpu"].status == "missing"
         assert by_key["gpu"].reference == first[1].reference and by_key["gpu"].status == "present"
-        third = images.build_images(third, client, progress=progress)
+        third = image_engine.build_images(third, client, progress=progress)
         assert built == [by_key["cpu"].reference]
         assert client.images.get(by_key["gpu"].reference).id == ids["gpu"]
 
@@ -162,9 +165,9 @@ def test_push_without_registry_is_refused(engine: Engine) -> None:
     from surreal_kube.errors import LaunchError
 
     exp = resolve_experiment("exp-img")
-    client = images.docker_client(engine.url)
+    client = image_engine.docker_client(engine.url)
     with pytest.raises(LaunchError, match="--push needs a registry"):
-        images.plan_images(exp, client=client, push=True, base_dir=ROOT)
+        image_engine.plan_images(exp, client=client, push=True, base_dir=ROOT)
 
 
 def test_build_failure_reports_the_engine_error(engine: Engine, tmp_path: Path) -> None:
@@ -179,7 +182,7 @@ def test_build_failure_reports_the_engine_error(engine: Engine, tmp_path: Path) 
             f"images.cpu.build.repository=sk-test-{uuid.uuid4().hex[:8]}/broken",
         ],
     )
-    client = images.docker_client(engine.url)
-    plans = images.plan_images(exp, client=client, keys=["cpu"])
+    client = image_engine.docker_client(engine.url)
+    plans = image_engine.plan_images(exp, client=client, keys=["cpu"])
     with pytest.raises(LaunchError, match=r"building sk-test-\w+/broken:\w+ failed"):
-        images.build_images(plans, client)
+        image_engine.build_images(plans, client)

@@ -20,6 +20,8 @@ from pathlib import Path
 import pytest
 
 from surreal_kube.experiment.resolve import resolve_experiment
+from surreal_kube.launch.kube.images import engine as image_engine
+from surreal_kube.launch.kube.images import load as image_load
 from surreal_kube.launch.kube.images import planner as images
 from tests.launch.kube.engine import (
     BASE_IMAGE,
@@ -111,15 +113,17 @@ def test_load_imports_under_the_kubelets_name_once_and_tags_the_rest(
             f"images.cpu.build.repository={repo}",
         ],
     )
-    client = images.docker_client(engine.url)
+    client = image_engine.docker_client(engine.url)
     said: list[str] = []
     try:
-        plans = images.build_images(images.plan_images(exp, client=client, keys=["cpu"]), client)
+        plans = image_engine.build_images(
+            image_engine.plan_images(exp, client=client, keys=["cpu"]), client
+        )
         (plan,) = plans
-        second = images.release_tag(plan, client, "9.9.9")
+        second = image_engine.release_tag(plan, client, "9.9.9")
         assert second.reference == f"{repo}:9.9.9"
 
-        loaded = images.load_into_containerd(
+        loaded = image_load.load_into_containerd(
             [plan, second],
             client,
             address=containerd.socket,
@@ -135,7 +139,7 @@ def test_load_imports_under_the_kubelets_name_once_and_tags_the_rest(
 
         # again: the content-hash tag is there already, nothing is exported
         said.clear()
-        images.load_into_containerd(
+        image_load.load_into_containerd(
             [plan], client, address=containerd.socket, ctr=containerd.ctr, progress=said.append
         )
         assert said == [f"{full} is in containerd already (same content-hash tag)"]
@@ -154,9 +158,9 @@ def test_a_broken_import_is_reported(engine: Engine, containerd: Containerd) -> 
     plan = images.ImagePlan("cpu", BASE_IMAGE, "present")
     # ctr for a namespace name containerd refuses: the import fails, and says so
     with pytest.raises(LaunchError, match=r"ctr images ls failed|ctr images import"):
-        images.load_into_containerd(
+        image_load.load_into_containerd(
             [plan],
-            images.docker_client(engine.url),
+            image_engine.docker_client(engine.url),
             address=containerd.socket,
             ctr=containerd.ctr,
             namespace="Not A Namespace!",

@@ -27,11 +27,11 @@ from surreal_kube.errors import SpecError
 from surreal_kube.experiment import resolve
 from surreal_kube.experiment.resolve import resolve_experiment, to_document
 from surreal_kube.launch.kube import plan as kube_plan
-from surreal_kube.launch.kube.lifecycle import cluster as kube_cluster
-from surreal_kube.launch.kube.lifecycle.cluster import experiment_object, resolve_object
+from surreal_kube.launch.kube.lifecycle import observing, waiting
 from surreal_kube.launch.kube.plan import make_plan, merge_profiles
 from surreal_kube.launch.kube.profile import load_profile, profile_from_dict
 from surreal_kube.launch.kube.render import objects as render
+from surreal_kube.launch.kube.render.custom_resource import experiment_object, resolve_object
 from surreal_kube.launch.kube.render.objects import dump_objects
 from surreal_kube.operator import reconcile
 
@@ -86,7 +86,7 @@ def calls(monkeypatch: pytest.MonkeyPatch) -> Iterator[collections.Counter[str]]
 
     spy(render, "render_text")  # the rendering: render_experiment's one way in
     # the topology, wherever it is asked for (the spec's validation builds its own)
-    for module in (resolve, render, kube_plan, kube_cluster):
+    for module in (resolve, render, kube_plan, observing, waiting):
         spy(module, "experiment_topology")
     spy(render_cmd, "resolve_images")  # the CLI's image stage
     spy(kube_plan, "make_plan")

@@ -21,7 +21,7 @@ from surreal_kube.experiment.resolve import (
 )
 from surreal_kube.experiment.topology import ENDPOINTS
 from surreal_kube.launch.kube import naming
-from surreal_kube.launch.kube.lifecycle.cluster import pin_images
+from surreal_kube.launch.kube.plan import pin_images
 from surreal_kube.launch.kube.profile import profile_from_dict
 from surreal_kube.launch.kube.render.objects import (
     CONFIG_DIGEST_ANNOTATION,

@@ -17,7 +17,8 @@ from pathlib import Path
 import pytest
 
 from surreal_kube.experiment.resolve import resolve_experiment
-from surreal_kube.launch.kube.images import planner as images
+from surreal_kube.launch.kube.images import engine as image_engine
+from surreal_kube.launch.kube.images import wheelhouse
 from tests.launch.kube.engine import (
     BASE_IMAGE,
     Engine,
@@ -51,12 +52,12 @@ def runtime_image(engine: Engine, project: Path) -> str:
 def build_runtime_cpu(engine_url: str, project: Path) -> str:
     """Build (or find) the runtime-cpu image of `project`; returns its exact reference."""
     exp = resolve_experiment("exp-img", sets=snapshot_sets("cpu"))
-    client = images.docker_client(engine_url)
-    plans = images.plan_images(
+    client = image_engine.docker_client(engine_url)
+    plans = image_engine.plan_images(
         exp, client=client, keys=["cpu"], base_dir=project, build_args=BUILD_ARGS
     )
-    (plan,) = images.build_images(
-        plans, client, progress=print, wheelhouse=images.default_wheelhouse()
+    (plan,) = image_engine.build_images(
+        plans, client, progress=print, wheelhouse=wheelhouse.default_wheelhouse()
     )
     assert plan.status in ("built", "present")
     return plan.reference
@@ -76,13 +77,13 @@ def test_the_image_is_tagged_by_content_and_not_rebuilt(
 ) -> None:
     built: list[str] = []
     exp = resolve_experiment("exp-img", sets=snapshot_sets("cpu"))
-    client = images.docker_client(engine.url)
-    again = images.plan_images(
+    client = image_engine.docker_client(engine.url)
+    again = image_engine.plan_images(
         exp, client=client, keys=["cpu"], base_dir=project, build_args=BUILD_ARGS
     )
     assert [(p.reference, p.status) for p in again] == [(runtime_image, "present")]
-    images.build_images(
-        again, client, progress=built.append, wheelhouse=images.default_wheelhouse()
+    image_engine.build_images(
+        again, client, progress=built.append, wheelhouse=wheelhouse.default_wheelhouse()
     )
     assert built == []  # nothing built, no wheel downloaded
     size = client.images.get(runtime_image).attrs["Size"]

@@ -200,7 +200,7 @@ def claim_phase(kube: Kube, name: str) -> str | None:
 def test_default_claim_binds_and_data_pods_share_one_kwok_node(
     kube_cluster: Any, kube: Kube, kube_namespace: str
 ) -> None:
-    from surreal_kube.launch.kube.lifecycle.cluster import discover_pools
+    from surreal_kube.launch.kube.placement.pools import discover_pools
 
     exp = exp_of("exp-rwo")
     objects = render_experiment(exp, kube_namespace, images=IMAGES, profile=discover_pools(kube))

@@ -16,7 +16,7 @@ import pytest
 
 from surreal_kube.errors import LaunchError
 from surreal_kube.experiment.resolve import resolve_experiment
-from surreal_kube.launch.kube.lifecycle import cluster
+from surreal_kube.launch.kube.lifecycle import waiting
 from surreal_kube.launch.kube.status.summary import ExperimentStatus
 
 
@@ -57,7 +57,7 @@ def test_through_the_operator_the_status_is_followed_not_the_pods(found: Any) ->
         ]
     )
     ticks: list[ExperimentStatus] = []
-    status = cluster.wait_running(kube, found, poll=0.01, tick=ticks.append)  # type: ignore[arg-type]
+    status = waiting.wait_running(kube, found, poll=0.01, tick=ticks.append)  # type: ignore[arg-type]
     assert status.phase == "Running" and status.ready == "5/5"
     assert [t.phase for t in ticks] == ["Pending", "Pending", "Running"]
     assert ticks[0].ready.startswith("0/") and ticks[1].ready == "2/5"
@@ -66,14 +66,14 @@ def test_through_the_operator_the_status_is_followed_not_the_pods(found: Any) ->
 def test_a_status_of_an_older_generation_is_not_the_answer(found: Any) -> None:
     # `scale` bumped the generation to 2; the operator's status still describes generation 1
     kube = StatusOnly([(2, running(1, "4/4")), (2, running(1, "4/4")), (2, running(2, "5/5"))])
-    status = cluster.wait_running(kube, found, poll=0.01)  # type: ignore[arg-type]
+    status = waiting.wait_running(kube, found, poll=0.01)  # type: ignore[arg-type]
     assert status.ready == "5/5" and kube.reads == 3
 
 
 def test_an_experiment_the_operator_failed_raises(found: Any) -> None:
     kube = StatusOnly([(1, {"phase": "Failed", "reason": "the learner cannot run"})])
     with pytest.raises(LaunchError, match="the learner cannot run"):
-        cluster.wait_running(kube, found, poll=0.01)  # type: ignore[arg-type]
+        waiting.wait_running(kube, found, poll=0.01)  # type: ignore[arg-type]
 
 
 class ChangingPods:
@@ -116,11 +116,11 @@ def test_applied_directly_the_wait_takes_a_bounded_share_of_a_core(
         done = time.monotonic() - start > 1.5
         return ExperimentStatus(phase="Running" if done else "Pending", ready="0/5")
 
-    monkeypatch.setattr(cluster, "PodWatch", ChangingPods)
-    monkeypatch.setattr(cluster, "summarize", summarize)
+    monkeypatch.setattr(waiting, "PodWatch", ChangingPods)
+    monkeypatch.setattr(waiting, "summarize", summarize)
     exp = resolve_experiment("waiting", sets=["agents.count=2"])
     direct = SimpleNamespace(exp=exp, namespace="ns", via_operator=False)
-    status = cluster.wait_running(object(), direct, poll=1.0)  # type: ignore[arg-type]
+    status = waiting.wait_running(object(), direct, poll=1.0)  # type: ignore[arg-type]
     elapsed = time.monotonic() - start
     assert status.phase == "Running"
-    assert sum(spent) <= cluster.WAIT_CPU_SHARE * elapsed + 2 * cost, (len(spent), elapsed)
+    assert sum(spent) <= waiting.WAIT_CPU_SHARE * elapsed + 2 * cost, (len(spent), elapsed)

@@ -19,7 +19,9 @@ from packaging.utils import canonicalize_name
 
 from surreal_kube.errors import LaunchError, SpecError
 from surreal_kube.experiment.resolve import resolve_experiment
+from surreal_kube.launch.kube.images import load as image_load
 from surreal_kube.launch.kube.images import planner as images
+from surreal_kube.launch.kube.images import wheelhouse
 
 ROOT = Path(__file__).resolve().parents[3]
 CPU_DOCKERFILE = ROOT / "surreal_kube" / "dockerfiles" / "runtime-cpu.Dockerfile"
@@ -33,12 +35,12 @@ def cli(*args: str) -> subprocess.CompletedProcess[str]:
 
 def test_the_cpu_image_pins_every_direct_dependency_as_pyproject_does() -> None:
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
-    pins = images.read_pins(LOCK)
+    pins = wheelhouse.read_pins(LOCK)
     for line in project["dependencies"]:
         req = Requirement(line)
         (spec,) = req.specifier
         assert pins[canonicalize_name(req.name)] == spec.version, line
-    assert images.requirements_of(CPU_DOCKERFILE) == LOCK
+    assert wheelhouse.requirements_of(CPU_DOCKERFILE) == LOCK
     # what a CPU process never loads stays out (the Dockerfile's comment has the evidence)
     assert not {"triton", "cuda-toolkit", "nvidia-cusolver", "nvidia-nvjitlink"} & set(pins)
 
@@ -47,7 +49,7 @@ def test_a_requirements_line_that_is_not_a_pin_is_refused(tmp_path: Path) -> Non
     lock = tmp_path / "x.requirements.txt"
     lock.write_text("# comment\nnumpy==2.4.6\ntorch>=2\n")
     with pytest.raises(LaunchError, match=r"x\.requirements\.txt:3: 'torch>=2' is not a pin"):
-        images.read_pins(lock)
+        wheelhouse.read_pins(lock)
 
 
 def test_a_warm_wheelhouse_runs_no_pip(tmp_path: Path) -> None:
@@ -59,14 +61,14 @@ def test_a_warm_wheelhouse_runs_no_pip(tmp_path: Path) -> None:
     for w in [*wanted, house / "baz-1.9-py3-none-any.whl", house / "notes.txt"]:
         w.write_bytes(b"x")
     # a pip run would fail: these packages exist nowhere
-    assert images.fill_wheelhouse(lock, house) == sorted(wanted)
+    assert wheelhouse.fill_wheelhouse(lock, house) == sorted(wanted)
 
 
 def test_a_missing_pin_that_pip_cannot_find_is_a_clear_error(tmp_path: Path) -> None:
     lock = tmp_path / "img.requirements.txt"
     lock.write_text("surreal-kube-no-such-package-ever==0.0.1\n")
     with pytest.raises(LaunchError, match=r"pip download into .* failed"):
-        images.fill_wheelhouse(lock, tmp_path / "wheels")
+        wheelhouse.fill_wheelhouse(lock, tmp_path / "wheels")
 
 
 def test_wheels_image_is_a_transport_argument_and_leaves_the_tag_alone() -> None:
@@ -94,18 +96,18 @@ def test_wheels_image_is_a_transport_argument_and_leaves_the_tag_alone() -> None
     ],
 )
 def test_normalized_is_what_the_kubelet_asks_containerd_for(ref: str, full: str) -> None:
-    assert images.normalized(ref) == full
+    assert image_load.normalized(ref) == full
 
 
 def test_load_checks_ctr_and_the_socket(tmp_path: Path) -> None:
     with pytest.raises(SpecError, match="--ctr 'no-such-ctr-here': no such executable"):
-        images.check_containerd(str(tmp_path / "c.sock"), "no-such-ctr-here")
+        image_load.check_containerd(str(tmp_path / "c.sock"), "no-such-ctr-here")
     with pytest.raises(SpecError, match=r"--containerd-address .*: no containerd socket there"):
-        images.check_containerd(str(tmp_path / "c.sock"), "sh")
+        image_load.check_containerd(str(tmp_path / "c.sock"), "sh")
     path = tmp_path / "c.sock"
     with socket.socket(socket.AF_UNIX) as s:
         s.bind(str(path))
-        assert images.check_containerd(f"unix://{path}", "sh").endswith("/sh")
+        assert image_load.check_containerd(f"unix://{path}", "sh").endswith("/sh")
 
 
 def test_build_load_without_a_socket_fails_before_building(tmp_path: Path) -> None:
@@ -139,7 +141,7 @@ def test_the_charts_operator_image_is_the_one_build_tags() -> None:
 def test_pip_target_lists_every_manylinux_tag_the_images_glibc_runs() -> None:
     """pip takes --platform literally: a wheel tagged only manylinux_2_28 (glfw) or
     manylinux_2_31 (tensorboard-data-server) is found only if that exact tag is listed."""
-    args = images.pip_target("x86_64")
+    args = wheelhouse.pip_target("x86_64")
     platforms = [args[i + 1] for i, a in enumerate(args) if a == "--platform"]
     for tag in (
         "manylinux_2_36",

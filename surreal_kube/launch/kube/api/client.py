@@ -241,6 +241,7 @@ POD = resource("v1", "Pod")
 EVENT = resource("v1", "Event")
 NODE = resource("v1", "Node")
 EXPERIMENT = resource("surreal.ai/v1alpha1", "Experiment")
+CONFIG_MAP = resource("v1", "ConfigMap")
 CRD = resource("apiextensions.k8s.io/v1", "CustomResourceDefinition")
 
 

@@ -1,9 +1,9 @@
 """Where the API server is and how to prove who we are: a kubeconfig or a pod's ServiceAccount.
 
 Read the way kubectl reads them, with the standard library, PyYAML and urllib3 alone. The
-official `kubernetes` package cost every cluster verb 0.3-0.5 s of imports before its first
-request (its `__init__` brings in the dynamic client, OAuth, google-auth and, where installed,
-jsonschema): a quarter of `surreal-kube status` of 10,000 agents on a 2-core machine. It is still
+official `kubernetes` package cost every cluster verb a large part of its start in imports before
+its first request (its `__init__` brings in the dynamic client, OAuth, google-auth and, where
+installed, jsonschema; `bench/scale.py` times `status` of 10,000 agents). It is still
 what `exec` and port-forward use (their websocket streams), loaded only there.
 
 What is understood, as kubectl does:

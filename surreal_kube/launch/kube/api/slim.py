@@ -1,12 +1,12 @@
 """Pods and nodes decoded to the part we read, straight from the API server's JSON.
 
-A pod of a 10,000-agent experiment is 11 KB of JSON (environment, probes, volumes, managed
-fields; the replay pod has 17 containers), so its 1,022 pods are 11.5 MB: `json.loads` took
-0.55-1.0 s of `surreal-kube status` on a loaded 2-core machine, and the operator decodes each of
-the 3,000-odd pod events of a create the same way, with the scheduler and kwok waiting for the
-CPU. msgspec decodes against a schema and skips every field the schema does not name without
-building it: the same list in 0.04-0.06 s, 15x less. What is kept is what `status.slim_pod` and
-the operator's `nodecache.slim_node` keep (and the `resourceVersion` a watch resumes from); each
+A pod of a 10,000-agent experiment is kilobytes of JSON (environment, probes, volumes, managed
+fields; the replay pod has a container per shard), so its 1,022 pods are megabytes: `json.loads` was
+most of `surreal-kube status` on a loaded machine, and the operator decodes each of the thousands of
+pod events of a create the same way, with the scheduler and kwok waiting for the CPU. msgspec
+decodes against a schema and skips every field the schema does not name without building it, an
+order of magnitude faster (`bench/scale.py` times `status`). What is kept is what `status.slim_pod`
+and the operator's `nodecache.slim_node` keep (and the `resourceVersion` a watch resumes from); each
 decoded object still passes through those, so the result is the same dict either way.
 
 Anything that does not fit the schema (a watch's ERROR event, whose object is a Status; a

@@ -93,9 +93,9 @@ update's allocations, a node thrashing, all inside one turn of the loop."""
 HEARTBEAT_MARGIN = 10
 SLOW_SECONDS_PER_ITEM = {"ppo": 80e-6, "ddpg": 1e-3}
 """Seconds per learner pass over one item (PPO: one step of a sub-trajectory per epoch; DDPG: one
-transition per update), measured with bench/learning.py's synthetic batches on one thread of a
-2-core machine at a load average of 39: PPO 2.5 s per update of 64 x 25 steps x 20 epochs, 14 s
-for 512; DDPG 0.54 s for 512 transitions, 1.6 s for 4096."""
+transition per update), sized from bench/learning.py's synthetic batches on one thread of a
+heavily loaded 2-core machine: a pessimistic bound, so a slow node never fails the probe of a
+learner that is only slow."""
 STARTUP_PROBE_SECONDS = 600
 """How long a learner may take to its first heartbeat: torch's import and the model, a checkpoint
 restore from the volume, on a busy node (the startup probe; liveness counts only after it)."""
@@ -141,8 +141,8 @@ def _environment() -> Any:
 
 def compile_templates() -> None:
     """Compile every template now (jinja keeps them in the process): a long-running operator
-    calls this at its start, so its first create does not wait 0.15-0.3 s for the compiler
-    while the cluster has nothing to do yet."""
+    calls this at its start, so its first create does not wait for the compiler while the
+    cluster has nothing to do yet."""
     env = _environment()
     for name in env.list_templates():
         env.get_template(name)
