@@ -91,8 +91,10 @@ class _Process:
         """None while it runs, else its exit code and the end of its log."""
         if self.popen.poll() is None:
             return None
-        tail = "".join(self.log.read_text(errors="replace").splitlines(True)[-25:])
-        return f"{self.name} exited with code {self.popen.returncode}:\n{tail}"
+        return f"{self.name} exited with code {self.popen.returncode}:\n{self.log_tail()}"
+
+    def log_tail(self, lines: int = 25) -> str:
+        return "".join(self.log.read_text(errors="replace").splitlines(True)[-lines:])
 
     def stop(self, timeout: float = 15.0) -> None:
         controlplane._signal_group(self.proc, signal.SIGTERM)
@@ -114,7 +116,8 @@ def _wait(what: str, proc: _Process | None, ready: Callable[[], Any], deadline: 
         except (OSError, ValueError, KeyError) as e:
             last = e
         time.sleep(0.2)
-    raise ControlPlaneError(f"timed out waiting for {what} (last: {last!r})")
+    tail = f"\n{proc.name}'s log ends:\n{proc.log_tail()}" if proc is not None else ""
+    raise ControlPlaneError(f"timed out waiting for {what} (last: {last!r}){tail}")
 
 
 def _apply_crds(cp: ControlPlane, crd_dir: Path, deadline: float) -> list[str]:
@@ -138,7 +141,7 @@ def _apply_crds(cp: ControlPlane, crd_dir: Path, deadline: float) -> list[str]:
             crd = cp.request(
                 "GET", f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{name}"
             )
-            conditions = crd.get("status", {}).get("conditions", [])
+            conditions = (crd.get("status") or {}).get("conditions") or []
             if not any(c["type"] == "Established" and c["status"] == "True" for c in conditions):
                 return False
         return True
@@ -437,6 +440,12 @@ class Kueue:
         cp = self.cp
         _apply_crds(cp, self.bin_dir / "crds", deadline)
         _ensure(cp, "/api/v1/namespaces", {"metadata": {"name": KUEUE_NAMESPACE}})
+        # Kueue's certificate rotator fills this Secret but does not create it (its manifests do).
+        _ensure(
+            cp,
+            f"/api/v1/namespaces/{KUEUE_NAMESPACE}/secrets",
+            {"metadata": {"name": "kueue-webhook-server-cert"}},
+        )
         self.health_port = controlplane.free_port()
         config = {
             "apiVersion": "config.kueue.x-k8s.io/v1beta2",
