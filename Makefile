@@ -55,7 +55,7 @@ run: install
 	$(VENV)/bin/surreal-kube create exp-ppo-ant --local --root $(RUN_ROOT) \
 	  --env gym:Ant-v5 --num-agents 2 --num-evals 1 --max-time 180 --replace
 
-test: install deb controlplane node
+test: install deb controlplane node cluster-addons
 	$(PYTHON) -m pytest -q $(PYTEST_ARGS)
 
 test-fast: install
