@@ -26,8 +26,13 @@ SHARES = {
         "a share of a core (CPU-seconds of fixed-cost work per second of wall time), not a "
         "duration: a busy machine only stretches the wall time, so it only lowers the share"
     ),
+    "test_a_wall_clock_step_neither_ends_the_run_nor_counts_in_its_time": (
+        "a timestamp after a deliberate step of the wall clock: the step is the event, and a "
+        "status written after it carries the stepped time however slow the machine"
+    ),
 }
-"""Tests that compare CPU time to wall time, each with why a loaded machine cannot fail it."""
+"""Tests that read a clock for something other than a duration, each with why a loaded machine
+cannot fail it."""
 
 
 def _is_clock_call(node: ast.AST) -> bool:
