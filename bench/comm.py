@@ -46,13 +46,18 @@ PARAM_BYTES = 1 << 20
 
 
 def transitions(n: int, seed: int = 0) -> dict[str, np.ndarray]:
-    """n transitions, stacked: what an agent sends in one message."""
+    """n transitions, stacked: what an agent of the bench's experiment (DDPG on the default
+    HalfCheetah-v5: 17 observations, 6 actions) sends in one message. Shards take items of
+    their experiment's layout only (runtime.layout); 180 bytes each, 44-byte stand-ins before."""
     rng = np.random.default_rng(seed)
     return {
-        "obs": rng.standard_normal((n, 27)).astype(np.float32),
-        "action": rng.standard_normal((n, 8)).astype(np.float32),
-        "reward": rng.standard_normal(n).astype(np.float32),
-        "done": rng.random(n) < 0.01,
+        "obs/low_dim": rng.standard_normal((n, 17)).astype(np.float32),
+        "next_obs/low_dim": rng.standard_normal((n, 17)).astype(np.float32),
+        "actions": rng.standard_normal((n, 6)).astype(np.float32),
+        "rewards": rng.standard_normal(n).astype(np.float32),
+        "terminals": (rng.random(n) < 0.01).astype(np.float32),
+        "discounts": np.full(n, 0.97, np.float32),
+        "param_version": np.zeros(n, np.int64),
     }
 
 
@@ -127,9 +132,10 @@ def run_shard(env: dict[str, str], ready: Any, window: Any, stop: Any, out: Any)
         shard.close()
 
 
-def run_ps_shard(env: dict[str, str], stop: Any) -> None:
-    """A parameter-server shard role until `stop`."""
+def run_ps_shard(env: dict[str, str], stop: Any, ready: Any) -> None:
+    """A parameter-server shard role until `stop` (`ready` once it is made)."""
     role = _role(env, "ps-shard", int(env["SURREAL_INDEX"]))
+    ready.put(True)
     threading.Thread(target=lambda: (stop.wait(), role.stop.set()), daemon=True).start()
     try:
         role.run()
@@ -151,7 +157,7 @@ def run_sender(addr: str | list[str], raw: bool, ready: Any, stop: Any, seed: in
         from surreal_kube.comm.sockets import make_socket
 
         sock = make_socket(zmq.PUSH, connect=addr, sndhwm=64)
-        frames = [batch["obs"], batch["action"], batch["reward"], batch["done"]]
+        frames = list(batch.values())
         ready.put(True)
         while not stop.is_set():
             for _ in range(100):
@@ -177,10 +183,10 @@ def run_raw_receiver(addr: str, window: Any, stop: Any, out: Any) -> None:
     while not stop.is_set():
         if not sock.poll(20):
             continue
-        frames = sock.recv_multipart(copy=False)
+        sock.recv_multipart(copy=False)
         if not started and window.is_set():
             started, count, t0 = True, 0, time.perf_counter()
-        count += len(frames[3]) if started else 0
+        count += BATCH if started else 0
     out.put((count, time.perf_counter() - t0))
     sock.close(0)
 
@@ -191,7 +197,7 @@ def run_raw_batch_pusher(addr: str, stop: Any) -> None:
 
     sock = make_socket(zmq.PUSH, bind=addr, sndhwm=8)
     batch = transitions(SAMPLE_BATCH)
-    frames = [batch["obs"], batch["action"], batch["reward"], batch["done"]]
+    frames = list(batch.values())
     while not stop.is_set():
         try:
             sock.send_multipart(frames, zmq.NOBLOCK, copy=False)
@@ -394,7 +400,9 @@ def parameters(mpc: Any, rounds: int, raw: bool) -> float:
             envs = experiment_envs(Path(tmp), {"ps": {"shards": 1}})
             publisher = ParameterPublisher(envs["learner"]["SURREAL_PARAMETER_PUBLISH_BIND"])
             procs.append(_spawn(mpc, run_balancer, envs["ps"], stop))
-            procs.append(_spawn(mpc, run_ps_shard, envs["ps-shard-0"], stop))
+            procs.append(_spawn(mpc, run_ps_shard, envs["ps-shard-0"], stop, ready))
+            # it makes the environment to size its sockets (runtime.layout): seconds for MuJoCo
+            ready.get(timeout=120)
             client_addr = envs["agents-0"]["SURREAL_PS_SERVE_ADDR"]
         agents = _spawn(mpc, run_agents, client_addr, raw, rounds, ready, None, out)
         for _ in range(AGENTS):

@@ -268,7 +268,10 @@ class ExperienceReceiver:
         buffer_bytes: int = SOCKET_BUFFER_BYTES,
         max_bytes: int = 1 << 30,
     ) -> None:
-        self.sock = make_socket(zmq.PULL, rcvhwm=hwm)
+        # a larger frame disconnects its sender before it is buffered (sockets.make_socket)
+        self.sock = make_socket(
+            zmq.PULL, rcvhwm=hwm, max_msg_bytes=max(max_bytes, wire.MAX_HEADER_BYTES)
+        )
         self.sock.setsockopt(zmq.RCVBUF, buffer_bytes)
         try:
             self.sock.bind(bind)

@@ -34,6 +34,14 @@ from surreal_kube.comm.sockets import bound_address, make_socket
 log = logging.getLogger(__name__)
 
 DEFAULT_TIMEOUT_SECONDS = 2.0
+SUBSCRIPTION_BYTES = 1024
+"""The largest frame a publisher takes back: a subscription is one byte and a topic."""
+FETCH_BYTES = 64 << 10
+"""The largest fetch request a shard takes: a header naming the hash a client holds."""
+RESEND_SECONDS = 0.5
+"""A subscription makes the publisher send the newest parameters at once, but at most once per
+this many seconds: each subscribe resent them to every subscriber, so a storm of subscriptions
+(a stranger's, or thousands of restarting shards) multiplied the learner's outgoing bytes."""
 CLOSE_LINGER_MS = 1000
 """How long a closing publisher may spend delivering its last publication."""
 
@@ -106,6 +114,8 @@ class ParameterPublisher:
         self.info: ParameterInfo | None = None
         self.addr = bind
         """The bound address (a wildcard port resolved)."""
+        self._closing = False
+        self._died = ""
         self._thread = threading.Thread(target=self._run, name="param-publisher", daemon=True)
         self._thread.start()
         self._ready.wait()
@@ -120,7 +130,13 @@ class ParameterPublisher:
         copy: bool = True,
         env_steps: int = -1,
     ) -> ParameterInfo:
-        """Publish a parameter set; returns its info (the hash agents will report back)."""
+        """Publish a parameter set; returns its info (the hash agents will report back).
+
+        Raises CommError if the publishing thread died: a learner that went on learning for
+        nobody kept its heartbeat, and agents acted on old parameters for good.
+        """
+        if not self._thread.is_alive() and not self._closing:
+            raise wire.CommError(f"the parameter publisher's thread died: {self._died}")
         arrays = {k: np.array(v, copy=True) if copy else np.asarray(v) for k, v in params.items()}
         info = ParameterInfo(int(iteration), content_hash(arrays), time.time(), int(env_steps))
         meta = {
@@ -139,7 +155,10 @@ class ParameterPublisher:
 
     def _run(self) -> None:
         try:
-            sock = make_socket(zmq.XPUB, bind=self._bind, sndhwm=self._hwm)
+            # what comes back on an XPUB is (un)subscriptions: a byte and a topic
+            sock = make_socket(
+                zmq.XPUB, bind=self._bind, sndhwm=self._hwm, max_msg_bytes=SUBSCRIPTION_BYTES
+            )
             sock.setsockopt(zmq.XPUB_VERBOSE, 1)
             self.addr = bound_address(sock)
         except BaseException as exc:
@@ -152,14 +171,18 @@ class ParameterPublisher:
         poller.register(self._wake_r, zmq.POLLIN)
         self._ready.set()
         last_sent = time.monotonic()
+        resent = -RESEND_SECONDS  # when a subscription last made us send
+        wanted = False  # a subscription waits for its (coalesced) send
         try:
             while True:
-                wait_ms = max(0.0, self._republish - (time.monotonic() - last_sent)) * 1000
-                events = dict(poller.poll(int(wait_ms)))
-                subscribed = False
+                now = time.monotonic()
+                wait = self._republish - (now - last_sent)
+                if wanted:
+                    wait = min(wait, RESEND_SECONDS - (now - resent))
+                events = dict(poller.poll(int(max(0.0, wait) * 1000)))
                 if sock in events:
                     while sock.poll(0):
-                        subscribed |= sock.recv()[:1] == b"\x01"  # \x00: an unsubscribe
+                        wanted |= sock.recv()[:1] == b"\x01"  # \x00: an unsubscribe
                 if self._wake_r in events:
                     os.read(self._wake_r, 4096)
                 with self._lock:
@@ -167,15 +190,22 @@ class ParameterPublisher:
                     fresh = self._fresh
                     frames = self._latest
                     self._fresh = False
-                due = time.monotonic() - last_sent >= self._republish
-                if frames is not None and (fresh or subscribed or due):
+                now = time.monotonic()
+                due = now - last_sent >= self._republish
+                resend = wanted and now - resent >= RESEND_SECONDS
+                if frames is not None and (fresh or resend or due):
                     sock.send_multipart(frames, copy=False)
                     self.published += 1
                     last_sent = time.monotonic()
+                    if wanted:
+                        wanted, resent = False, last_sent  # what it wanted went out with it
                 elif due:
-                    last_sent = time.monotonic()
+                    last_sent = now
                 if stopping:
                     return
+        except BaseException as exc:
+            self._died = f"{type(exc).__name__}: {exc}"
+            log.error("the parameter publisher's thread died: %s", self._died, exc_info=True)
         finally:
             # a publication made just before close still reaches connected shards
             sock.close(CLOSE_LINGER_MS)
@@ -199,6 +229,7 @@ class ParameterPublisher:
 
     def close(self) -> None:
         """Send a publication still pending, then stop the thread and close the socket."""
+        self._closing = True
         with self._lock:
             if self._stop:
                 return
@@ -220,9 +251,15 @@ class ParameterShard:
         # no back-off towards the learner: it binds last (seconds of torch imports), and a
         # shard backed off to 1 s got its first parameters 0.9 s after they were published,
         # holding up every agent (at most 64 shards: their retries cost nothing)
-        self.sub = make_socket(zmq.SUB, connect=publish_addr, rcvhwm=4, reconnect_max_ms=100)
+        self.sub = make_socket(
+            zmq.SUB,
+            connect=publish_addr,
+            rcvhwm=4,
+            reconnect_max_ms=100,
+            max_msg_bytes=max(max_bytes, wire.MAX_HEADER_BYTES),
+        )
         self.sub.setsockopt(zmq.SUBSCRIBE, b"")
-        self.rep = make_socket(zmq.REP, connect=backend_addr)
+        self.rep = make_socket(zmq.REP, connect=backend_addr, max_msg_bytes=FETCH_BYTES)
         self._max_bytes = max_bytes
         self._poller = zmq.Poller()
         self._poller.register(self.sub, zmq.POLLIN)
@@ -272,7 +309,7 @@ class ParameterShard:
     def _answer(self, frames: list[zmq.Frame]) -> None:
         self.fetches += 1
         msg = wire.try_decode(
-            frames, self.rejects, expect=(wire.FETCH,), max_bytes=4096, where="fetch"
+            frames, self.rejects, expect=(wire.FETCH,), max_bytes=0, where="fetch"
         )
         if msg is None:
             # REP must answer something; an empty reply is a malformed message to the client.
@@ -328,7 +365,12 @@ class ParameterClient:
         self._sock = self._new_socket()
 
     def _new_socket(self) -> zmq.Socket[bytes]:
-        return make_socket(zmq.REQ, connect=self.addr, sndtimeo_ms=int(self.timeout * 1000))
+        return make_socket(
+            zmq.REQ,
+            connect=self.addr,
+            sndtimeo_ms=int(self.timeout * 1000),
+            max_msg_bytes=max(self._max_bytes, wire.MAX_HEADER_BYTES),
+        )
 
     @property
     def hash(self) -> str | None:
@@ -370,6 +412,9 @@ class ParameterClient:
             return None
         try:
             info = _info(msg.meta)
+            if content_hash(msg.arrays) != info.hash:
+                # corrupted on the way, or forged by a peer that joined the parameter server
+                raise wire.WireError("bad-hash", "parameters do not match their content hash")
         except wire.WireError as exc:
             self.rejects.add(exc, "fetch reply")
             self._failed(rebuild=False)

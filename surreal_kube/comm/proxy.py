@@ -34,9 +34,15 @@ class Forwarder:
         *,
         hwm: int = 256,
         name: str = "forwarder",
+        frontend_max_bytes: int | None = None,
+        backend_max_bytes: int | None = None,
     ) -> None:
+        """`*_max_bytes`: the largest frame each side takes (a larger one disconnects its
+        sender, see `sockets.make_socket`); the parameter server's front takes fetch requests,
+        its back the parameters."""
         self._spec = (frontend_kind, frontend_bind, backend_kind, backend_bind)
         self._hwm = hwm
+        self._max_bytes = (frontend_max_bytes, backend_max_bytes)
         self._control_addr = f"inproc://surreal-forwarder-{next(_ids)}"
         self._ready = threading.Event()
         self._error: BaseException | None = None
@@ -62,9 +68,14 @@ class Forwarder:
         fk, fb, bk, bb = self._spec
         socks: list[zmq.Socket[bytes]] = []
         try:
-            front = make_socket(fk, bind=fb, sndhwm=self._hwm, rcvhwm=self._hwm)
+            front_max, back_max = self._max_bytes
+            front = make_socket(
+                fk, bind=fb, sndhwm=self._hwm, rcvhwm=self._hwm, max_msg_bytes=front_max
+            )
             socks.append(front)
-            back = make_socket(bk, bind=bb, sndhwm=self._hwm, rcvhwm=self._hwm)
+            back = make_socket(
+                bk, bind=bb, sndhwm=self._hwm, rcvhwm=self._hwm, max_msg_bytes=back_max
+            )
             socks.append(back)
             control = context().socket(zmq.PAIR)
             control.setsockopt(zmq.LINGER, 0)

@@ -64,10 +64,31 @@ class _Request:
 class SamplerBroker:
     """The replay load balancer's sampling side: routes learner requests to ready shards."""
 
-    def __init__(self, frontend_bind: str, backend_bind: str) -> None:
-        self.front = make_socket(zmq.ROUTER, bind=frontend_bind, sndhwm=1024, rcvhwm=1024)
+    def __init__(
+        self,
+        frontend_bind: str,
+        backend_bind: str,
+        *,
+        request_bytes: int = 1 << 26,
+        batch_bytes: int = 1 << 31,
+    ) -> None:
+        """`request_bytes`: the largest frame from the learner side (requests, priorities);
+        `batch_bytes`: from the shards (batches). Larger frames disconnect their sender."""
+        self.front = make_socket(
+            zmq.ROUTER,
+            bind=frontend_bind,
+            sndhwm=1024,
+            rcvhwm=1024,
+            max_msg_bytes=max(request_bytes, wire.MAX_HEADER_BYTES),
+        )
         try:
-            self.back = make_socket(zmq.ROUTER, bind=backend_bind, sndhwm=1024, rcvhwm=1024)
+            self.back = make_socket(
+                zmq.ROUTER,
+                bind=backend_bind,
+                sndhwm=1024,
+                rcvhwm=1024,
+                max_msg_bytes=max(batch_bytes, wire.MAX_HEADER_BYTES),
+            )
         except zmq.ZMQError:
             self.front.close(0)
             raise
@@ -216,10 +237,24 @@ class SampleServer:
     `priority_updates` as (indices, priorities) pairs for the shard to apply.
     """
 
-    def __init__(self, addr: str, *, index: int | None = None, wait_connected: float = 0.0) -> None:
+    def __init__(
+        self,
+        addr: str,
+        *,
+        index: int | None = None,
+        wait_connected: float = 0.0,
+        max_bytes: int = 1 << 26,
+    ) -> None:
         self.index = index
         self.priority_updates: deque[tuple[np.ndarray, np.ndarray]] = deque(maxlen=1024)
-        self.sock = make_socket(zmq.DEALER, sndhwm=1024, rcvhwm=1024)
+        self._max_bytes = max_bytes
+        """The largest request or priority update taken (frames above it: disconnected)."""
+        self.sock = make_socket(
+            zmq.DEALER,
+            sndhwm=1024,
+            rcvhwm=1024,
+            max_msg_bytes=max(max_bytes, wire.MAX_HEADER_BYTES),
+        )
         if wait_connected > 0:
             self.connected = connect_and_wait(self.sock, addr, wait_connected)
         else:
@@ -245,7 +280,10 @@ class SampleServer:
                 self.rejects.add(wire.WireError("bad-envelope", "request frames"), "sampler")
                 continue
             msg = wire.try_decode(
-                frames[1:], self.rejects, expect=(wire.SAMPLE, wire.PRIORITIES), max_bytes=1 << 26
+                frames[1:],
+                self.rejects,
+                expect=(wire.SAMPLE, wire.PRIORITIES),
+                max_bytes=self._max_bytes,
             )
             if msg is None:
                 continue
@@ -341,6 +379,8 @@ class Prefetcher:
         """The learner's iteration, sent with each request (the learner sets it as it learns)."""
         self.max_lag: int | None = None
         """On-policy: shards drop items more than this many iterations older than `version`."""
+        self._died: str | None = None
+        """Why the background thread ended, if it did while not asked to stop."""
         self._thread = threading.Thread(target=self._run, name="prefetcher", daemon=True)
 
     def start(self) -> Prefetcher:
@@ -367,7 +407,13 @@ class Prefetcher:
         self._outbox.put(wire.encode(wire.PRIORITIES, {"shard": int(shard)}, arrays))
 
     def get(self, timeout: float | None = None) -> wire.Message | None:
-        """The next batch message, or None after `timeout` seconds (None: wait forever)."""
+        """The next batch message, or None after `timeout` seconds (None: wait forever).
+
+        Raises CommError once the background thread has died: a learner that waited for
+        batches from a dead thread kept its heartbeat going and never learned again, and the
+        liveness probe never restarted it. The role fails instead (exit 1).
+        """
+        self._check_alive()
         if self.on_policy:
             with self._demand:
                 wake = self._queue.empty() and self._wake_w >= 0
@@ -375,13 +421,36 @@ class Prefetcher:
             if wake:
                 with contextlib.suppress(BlockingIOError):  # full of wake-ups already
                     os.write(self._wake_w, b"w")
-        try:
-            return self._queue.get(timeout=timeout)
-        except queue.Empty:
-            return None
+        end = None if timeout is None else time.monotonic() + timeout
+        while True:
+            left = 0.5 if end is None else min(0.5, end - time.monotonic())
+            try:
+                return self._queue.get(timeout=max(left, 0.0))
+            except queue.Empty:
+                self._check_alive()
+                if end is not None and time.monotonic() >= end:
+                    return None
+
+    def _check_alive(self) -> None:
+        if self._died is not None:
+            raise wire.CommError(f"the sample prefetcher's thread died: {self._died}")
 
     def _run(self) -> None:
-        sock = make_socket(zmq.DEALER, connect=self.addr, sndhwm=1024, rcvhwm=1024)
+        try:
+            self._loop()
+        except BaseException as exc:
+            if not self._stop.is_set():
+                self._died = f"{type(exc).__name__}: {exc}"
+                log.error("the sample prefetcher's thread died: %s", self._died, exc_info=True)
+
+    def _loop(self) -> None:
+        sock = make_socket(
+            zmq.DEALER,
+            connect=self.addr,
+            sndhwm=1024,
+            rcvhwm=1024,
+            max_msg_bytes=max(self._max_bytes, wire.MAX_HEADER_BYTES),
+        )
         poller = zmq.Poller()
         poller.register(sock, zmq.POLLIN)
         poller.register(self._wake_r, zmq.POLLIN)

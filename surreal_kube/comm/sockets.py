@@ -1,7 +1,10 @@
 """Socket construction in one place, so every socket gets the same safety options.
 
 Every socket here has `LINGER` set (closing never hangs on unsent data), bounded high-water marks
-(a slow peer never grows memory without bound) and, for senders, `IMMEDIATE` (messages are not
+(a slow peer never grows memory without bound), for receivers `MAXMSGSIZE` (a peer that sends a
+frame larger than what the role expects is disconnected by ZeroMQ before the frame is buffered:
+a 1 GiB message would otherwise be held whole in a pod limited to 1.5 GiB) and, for senders,
+`IMMEDIATE` (messages are not
 queued for peers that are not connected, so a dead peer shows up as a send timeout rather than a
 silently growing queue). Sockets are not thread-safe: each is used by the thread that made it.
 """
@@ -35,9 +38,13 @@ def make_socket(
     immediate: bool = False,
     linger_ms: int = DEFAULT_LINGER_MS,
     reconnect_max_ms: int = 1000,
+    max_msg_bytes: int | None = None,
     ctx: zmq.Context[zmq.Socket[bytes]] | None = None,
 ) -> zmq.Socket[bytes]:
     """A socket with our defaults, bound or connected to one address.
+
+    `max_msg_bytes`: the largest frame this socket accepts (ZeroMQ's MAXMSGSIZE); give it on
+    every socket that receives from peers, sized from what the role expects.
 
     It reconnects about 100 ms after a peer went away, backing off to `reconnect_max_ms` for a
     peer that stays away (thousands of agents retrying a restarting service must not flood it).
@@ -54,6 +61,10 @@ def make_socket(
         sock.setsockopt(zmq.RCVTIMEO, rcvtimeo_ms)
     if immediate:
         sock.setsockopt(zmq.IMMEDIATE, 1)
+    if max_msg_bytes is not None:
+        if max_msg_bytes < 1:
+            raise ValueError(f"max_msg_bytes must be >= 1, got {max_msg_bytes}")
+        sock.setsockopt(zmq.MAXMSGSIZE, max_msg_bytes)
     sock.setsockopt(
         zmq.RECONNECT_IVL, 100 + random.randint(-RECONNECT_JITTER_MS, RECONNECT_JITTER_MS)
     )

@@ -39,6 +39,7 @@ from surreal_kube.experiment.algorithms import flush_iteration
 from surreal_kube.experiment.topology import collector
 from surreal_kube.runtime.base import RoleBase
 from surreal_kube.runtime.context import RoleContext
+from surreal_kube.runtime.layout import parameter_bytes_bound
 from surreal_kube.runtime.lifecycle import Every, RateMeter, StopFlag
 from surreal_kube.runtime.reporter import AGENT_BUDGET_DONE, AGENT_ENV_STEPS
 from surreal_kube.runtime.status import ProgressFile
@@ -87,6 +88,7 @@ class AgentsRole(RoleBase):
             timeout=spec.ps.timeout_seconds,
             on_fetch_parameter_failed=self._on_fetch_failed,
             on_fetch_parameter_success=self._on_fetch_success,
+            max_bytes=parameter_bytes_bound(spec, obs_space, action_space),
         )
         on_policy = spec.replay.kind == "fifo"
         self.sender = ExperienceSender(
@@ -285,6 +287,7 @@ class AgentsRole(RoleBase):
                 "agent/items_sent_per_s": items_per_s,
                 "agent/items_dropped": self.sender.dropped_items,
                 "agent/fetch_failures": self.params.failures,
+                "agent/rejected_messages": self.params.rejects.total,
                 "agent/param_version": self.param_version,
                 "agent/param_age_s": time.time() - info.time if info else -1.0,
                 "agent/replay_wait_fraction": min(1.0, wait_fraction),

@@ -15,6 +15,14 @@ log = logging.getLogger(__name__)
 _INDEXED_GROUPS = {"agents": "agents", "eval": "evals"}
 
 
+def topology_sources(ctx: RoleContext) -> frozenset[str]:
+    """The process names of this role's experiment: the only sources tensorplex and loggerplex
+    take (a name becomes a folder or a file, and a stranger could pick any number of them)."""
+    from surreal_kube.experiment.topology import build_topology
+
+    return frozenset(p.name for p in build_topology(ctx.experiment, ctx.spec).processes)
+
+
 class RoleBase:
     """A role's shared state. Subclasses implement `run()` and loop until `self.stop` is set."""
 

@@ -30,6 +30,7 @@ import numpy as np
 from surreal_kube.comm.parameters import ParameterClient
 from surreal_kube.runtime.base import RoleBase
 from surreal_kube.runtime.context import RoleContext
+from surreal_kube.runtime.layout import parameter_bytes
 from surreal_kube.runtime.lifecycle import StopFlag
 from surreal_kube.runtime.status import ProgressFile
 
@@ -63,7 +64,9 @@ class EvalRole(RoleBase):
             seed=actor_seed,
         )
         self.seed = env_seed
-        self.params = ParameterClient(ctx.addr("ps-serve"), timeout=spec.ps.timeout_seconds)
+        self.params = ParameterClient(
+            ctx.addr("ps-serve"), timeout=spec.ps.timeout_seconds, max_bytes=parameter_bytes(ctx)
+        )
         self.env_steps = 0
         self.episodes = 0
         self.evaluations = 0

@@ -41,6 +41,7 @@ from surreal_kube.comm.parameters import ParameterPublisher
 from surreal_kube.comm.sampling import Prefetcher
 from surreal_kube.runtime.base import RoleBase
 from surreal_kube.runtime.context import RoleContext
+from surreal_kube.runtime.layout import batch_bytes, item_layout
 from surreal_kube.runtime.lifecycle import Every, Heartbeat, RateMeter, StopFlag
 from surreal_kube.runtime.status import ProgressFile, read_status
 
@@ -110,6 +111,7 @@ class LearnerRole(RoleBase):
             self.batch_size,
             depth=spec.replay.prefetch,
             on_policy=on_policy,
+            max_bytes=batch_bytes(spec, item_layout(spec, obs_space, action_space)),
         )
         self.prefetcher.max_lag = self.max_lag
         self.prefetcher.version = self.learner.iteration

@@ -13,10 +13,11 @@ import logging
 
 import zmq
 
-from surreal_kube.comm.parameters import ParameterShard
+from surreal_kube.comm.parameters import FETCH_BYTES, ParameterShard
 from surreal_kube.comm.proxy import Forwarder
 from surreal_kube.runtime.base import RoleBase
 from surreal_kube.runtime.context import RoleContext
+from surreal_kube.runtime.layout import parameter_bytes
 from surreal_kube.runtime.lifecycle import Every, RateMeter, StopFlag
 
 log = logging.getLogger(__name__)
@@ -28,7 +29,13 @@ class ParameterProxy(RoleBase):
     def __init__(self, ctx: RoleContext, stop: StopFlag | None = None) -> None:
         super().__init__(ctx, stop)
         self.forwarder = Forwarder(
-            zmq.ROUTER, ctx.bind("ps-serve"), zmq.DEALER, ctx.bind("ps-backend"), name="ps-proxy"
+            zmq.ROUTER,
+            ctx.bind("ps-serve"),
+            zmq.DEALER,
+            ctx.bind("ps-backend"),
+            name="ps-proxy",
+            frontend_max_bytes=FETCH_BYTES,
+            backend_max_bytes=parameter_bytes(ctx),
         ).start()
 
     def run(self) -> None:
@@ -53,7 +60,9 @@ class ParameterShardRole(RoleBase):
 
     def __init__(self, ctx: RoleContext, stop: StopFlag | None = None) -> None:
         super().__init__(ctx, stop)
-        self.shard = ParameterShard(ctx.addr("parameter-publish"), ctx.addr("ps-backend"))
+        self.shard = ParameterShard(
+            ctx.addr("parameter-publish"), ctx.addr("ps-backend"), max_bytes=parameter_bytes(ctx)
+        )
         self._period = ctx.spec.session.metrics.learner_interval_seconds
 
     def run(self) -> None:

@@ -27,15 +27,23 @@ from __future__ import annotations
 import logging
 import time
 from collections import deque
-from typing import Any
+from typing import Any, TypeGuard
 
 import zmq
 
 from surreal_kube.comm.experience import ON_POLICY_PIPE, ExperienceReceiver
-from surreal_kube.comm.sampling import SamplerBroker, SampleServer
+from surreal_kube.comm.sampling import DEFAULT_REQUEST_TTL, SamplerBroker, SampleServer
 from surreal_kube.experiment.topology import collector
 from surreal_kube.runtime.base import RoleBase
 from surreal_kube.runtime.context import RoleContext
+from surreal_kube.runtime.layout import (
+    PARAM_VERSION,
+    ItemLayout,
+    batch_bytes,
+    experience_bytes,
+    item_layout,
+    request_bytes,
+)
 from surreal_kube.runtime.lifecycle import Every, RateMeter, StopFlag
 from surreal_kube.runtime.ring import BatchStore, ColumnarRing, ItemBufferAdapter, LayoutError
 from surreal_kube.runtime.status import ProgressFile
@@ -44,18 +52,24 @@ log = logging.getLogger(__name__)
 
 CREDITS_PER_SHARD = 4
 """Requests a shard accepts at once: several, so batches stream while others travel."""
+MAX_PENDING_PER_SHARD = 64
+"""Requests a shard keeps queued (it asks for CREDITS_PER_SHARD; more came from elsewhere)."""
+MAX_REQUEST_TTL = 60.0
 DRAIN_PER_LOOP = 64
 REANNOUNCE_SECONDS = 3.0
 
 
-def make_store(kind: str, capacity: int, *, alpha: float, beta: float, seed: int) -> BatchStore:
-    """The storage of one shard for `replay.kind`."""
+def make_store(
+    kind: str, capacity: int, layout: ItemLayout, *, alpha: float, beta: float, seed: int
+) -> BatchStore:
+    """The storage of one shard for `replay.kind`, holding items of `layout` only."""
     if kind in ("fifo", "uniform"):
-        return ColumnarRing(capacity, kind, seed=seed)  # type: ignore[arg-type]
+        return ColumnarRing(capacity, layout, kind, seed=seed)  # type: ignore[arg-type]
     if kind == "prioritized":
         from surreal_kube.rl.replay import PrioritizedReplay
 
-        return ItemBufferAdapter(PrioritizedReplay(capacity, alpha=alpha, beta=beta, seed=seed))
+        buffer = PrioritizedReplay(capacity, alpha=alpha, beta=beta, seed=seed)
+        return ItemBufferAdapter(buffer, layout)
     raise ValueError(f"unknown replay kind {kind!r}")
 
 
@@ -64,7 +78,15 @@ class ReplayBalancer(RoleBase):
 
     def __init__(self, ctx: RoleContext, stop: StopFlag | None = None) -> None:
         super().__init__(ctx, stop)
-        self.broker = SamplerBroker(ctx.bind("replay-sampler"), ctx.bind("replay-sampler-backend"))
+        from surreal_kube.envs import env_spaces
+
+        layout = item_layout(ctx.spec, *env_spaces(ctx.spec.env))
+        self.broker = SamplerBroker(
+            ctx.bind("replay-sampler"),
+            ctx.bind("replay-sampler-backend"),
+            request_bytes=request_bytes(ctx.spec),
+            batch_bytes=batch_bytes(ctx.spec, layout),
+        )
         self._period = ctx.spec.session.metrics.learner_interval_seconds
 
     def run(self) -> None:
@@ -113,6 +135,9 @@ class ReplayShard(RoleBase):
             spi, spec.start_sampling, tolerance, ctx.spec.algorithm.batch_size, center=center
         )
         self.stale_dropped = 0
+        algorithm = ctx.spec.algorithm
+        self.max_lag: int | None = algorithm.max_policy_lag if algorithm.name == "ppo" else None
+        """On-policy: the policy-lag bound items are held to (see `_drop_stale`)."""
         self.insert_blocked_seconds = 0.0
         self._blocked_since: float | None = None
         self.progress = ProgressFile(ctx.experiment_dir, ctx.experiment, ctx.process, ctx.role)
@@ -125,23 +150,37 @@ class ReplayShard(RoleBase):
                 self.restarts,
                 spec.start_sampling,
             )
+        from surreal_kube.envs import env_spaces
+
+        # what an item is, from the environment's spaces: never from the first message
+        self.layout = item_layout(ctx.spec, *env_spaces(ctx.spec.env))
         self.store = store or make_store(
             spec.kind,
             spec.capacity,
+            self.layout,
             alpha=spec.alpha,
             beta=spec.beta,
             seed=ctx.spec.session.seed + 1000 + ctx.index,
         )
         self.receiver = ExperienceReceiver(
-            ctx.bind(collector(ctx.index)), **(ON_POLICY_PIPE if spec.kind == "fifo" else {})
+            ctx.bind(collector(ctx.index)),
+            max_bytes=experience_bytes(ctx.spec, self.layout),
+            **(ON_POLICY_PIPE if spec.kind == "fifo" else {}),
         )
         # Wait (briefly) for the load balancer, so the log says whether it is reachable.
         self.server = SampleServer(
-            ctx.addr("replay-sampler-backend"), index=ctx.index, wait_connected=5.0
+            ctx.addr("replay-sampler-backend"),
+            index=ctx.index,
+            wait_connected=5.0,
+            max_bytes=request_bytes(ctx.spec),
         )
         self.connected = self.server.connected
-        self.pending: deque[tuple[bytes, int, dict[str, Any]]] = deque()
+        self.pending: deque[tuple[bytes, int, dict[str, Any], float]] = deque()
+        """Requests taken: (client, batch size clamped to capacity, meta, deadline)."""
         self.credits_out = 0
+        self.expired_requests = 0
+        self.newest_version = -1
+        """The newest `param_version` of an item stored: a request's version is clamped to it."""
         self.layout_errors = 0
         self.priority_updates = 0
         self._last_request = time.monotonic()
@@ -199,19 +238,35 @@ class ReplayShard(RoleBase):
             except (LayoutError, ValueError) as exc:
                 self.layout_errors += 1
                 if self.layout_errors == 1 or self.layout_errors % 1000 == 0:
-                    log.warning("dropping experience that does not fit the store: %s", exc)
+                    log.warning(
+                        "dropping experience that does not fit the store (%d so far): %s",
+                        self.layout_errors,
+                        exc,
+                    )
                 continue
+            versions = got[0].get(PARAM_VERSION)
+            if versions is not None and versions.size:
+                self.newest_version = max(self.newest_version, int(versions.max()))
             self.limiter.insert(got[1])
             if self.ctx.spec.replay.kind == "fifo":
                 # what a FIFO overwrites was never sampled: it must not hold inserts back
                 self.limiter.forget(self.overwritten - before)
 
     def _drop_stale(self, meta: dict[str, Any]) -> None:
-        version, max_lag = meta.get("version"), meta.get("max_lag")
+        """On-policy: drop items more than the policy-lag bound older than the request's version.
+
+        The bound is the shard's own (`algorithm.maxPolicyLag`), not the request's, and the
+        version counts as at most `bound` past the newest one stored, so a request never drops
+        the newest items: one naming a version from the far future, with `max_lag` 0, emptied
+        every shard it reached. A learner further ahead than that gets the newest items and
+        drops them itself (it checks the lag of every item), counted as stale.
+        """
+        version = meta.get("version")
         discard = getattr(self.store, "discard_oldest_below", None)
-        if not (isinstance(version, int) and isinstance(max_lag, int)) or discard is None:
+        if self.max_lag is None or not _is_int(version) or discard is None:
             return
-        n = discard("param_version", version - max_lag)
+        version = min(version, self.newest_version + self.max_lag)
+        n = discard(PARAM_VERSION, version - self.max_lag)
         if n:
             self.stale_dropped += n
             self.limiter.forget(n)
@@ -226,12 +281,15 @@ class ReplayShard(RoleBase):
             self._take_experience()
         if self.server.sock in events:
             while (req := self.server.recv_request()) is not None:
-                self.pending.append(req)
-                self.credits_out = max(0, self.credits_out - 1)
-                self._last_request = time.monotonic()
+                self._take_request(*req)
             self._apply_priorities()
+        now = time.monotonic()
         while self.pending:
-            client, size, meta = self.pending[0]
+            client, size, meta, deadline = self.pending[0]
+            if deadline < now:  # its client re-issued it long ago: never serve it now
+                self.pending.popleft()
+                self.expired_requests += 1
+                continue
             self._drop_stale(meta)
             if not self.can_serve(size):
                 break
@@ -252,6 +310,22 @@ class ReplayShard(RoleBase):
             n = CREDITS_PER_SHARD - self.credits_out - len(self.pending)
             self.server.give_credit(n)
             self.credits_out += n
+
+    def _take_request(self, client: bytes, size: int, meta: dict[str, Any]) -> None:
+        """Queue a request: its batch clamped to what the store can ever hold (a larger one
+        waited at the head of the queue forever, blocking every request behind it), its
+        time-to-live to the broker's bounds."""
+        ttl = meta.get("ttl", DEFAULT_REQUEST_TTL)
+        if not isinstance(ttl, (int, float)) or isinstance(ttl, bool) or not ttl > 0:
+            ttl = DEFAULT_REQUEST_TTL
+        now = time.monotonic()
+        size = min(size, self.ctx.spec.replay.capacity)
+        if len(self.pending) >= MAX_PENDING_PER_SHARD:  # credits bound them; a flood does not
+            self.pending.popleft()
+            self.expired_requests += 1
+        self.pending.append((client, size, meta, now + min(float(ttl), MAX_REQUEST_TTL)))
+        self.credits_out = max(0, self.credits_out - 1)
+        self._last_request = now
 
     def _apply_priorities(self) -> None:
         update = getattr(self.store, "update_priorities", None)
@@ -300,6 +374,8 @@ class ReplayShard(RoleBase):
                         "replay/batches_out_per_s": served_rate.rate(self.server.served),
                         "replay/size": len(self.store),
                         "replay/pending_requests": len(self.pending),
+                        "replay/expired_requests": self.expired_requests,
+                        "replay/layout_errors": self.layout_errors,
                         "replay/priority_updates": self.priority_updates,
                         "replay/rejected_messages": self.receiver.rejects.total
                         + self.server.rejects.total
@@ -323,3 +399,7 @@ class ReplayShard(RoleBase):
         self.receiver.close()
         self.server.close()
         super().close()
+
+
+def _is_int(value: Any) -> TypeGuard[int]:
+    return isinstance(value, int) and not isinstance(value, bool)

@@ -4,7 +4,10 @@ Experience arrives as messages of N items stacked along axis 0 (see `comm.experi
 them item by item would cost N dict and array objects per message and dominate a shard's time.
 Here a batch costs one `memcpy` per key, and a sample one slice (FIFO) or one gather (uniform)
 per key. Items keep their own shape: transitions `(obs_dim,)` or sub-trajectories
-`(horizon, obs_dim)` alike.
+`(horizon, obs_dim)` alike. The layout (keys, dtypes, item shapes) is given at construction,
+computed from the environment's spaces (`runtime.layout`), never taken from a message: a batch
+that does not fit is a `LayoutError` for the shard to count, and the storage is the size it will
+be from the start.
 
 Modes (ReplaySpec.kind): `fifo` hands out the oldest items and removes them (on-policy PPO);
 `uniform` samples with replacement and keeps everything until overwritten (DDPG). Both drop the
@@ -23,7 +26,10 @@ from typing import Any, Literal, Protocol
 
 import numpy as np
 
+from surreal_kube.runtime.layout import ItemLayout, LayoutError
+
 ArrayDict = dict[str, np.ndarray]
+__all__ = ["BatchStore", "ColumnarRing", "ItemBufferAdapter", "LayoutError"]
 
 
 class BatchStore(Protocol):
@@ -39,22 +45,25 @@ class BatchStore(Protocol):
         """A batch of `batch_size` items stacked along axis 0."""
 
 
-class LayoutError(ValueError):
-    """A batch whose keys, dtypes or item shapes differ from what the store holds."""
-
-
 class ColumnarRing:
-    """A ring of `capacity` items in per-key arrays, allocated on the first batch."""
+    """A ring of `capacity` items of `layout` in per-key arrays, allocated at construction."""
 
-    def __init__(self, capacity: int, mode: Literal["fifo", "uniform"] = "fifo", seed: int = 0):
+    def __init__(
+        self,
+        capacity: int,
+        layout: ItemLayout,
+        mode: Literal["fifo", "uniform"] = "fifo",
+        seed: int = 0,
+    ):
         if capacity < 1:
             raise ValueError("capacity must be >= 1")
         if mode not in ("fifo", "uniform"):
             raise ValueError(f"mode must be 'fifo' or 'uniform', got {mode!r}")
         self.capacity = capacity
         self.mode = mode
+        self.layout = layout
         self._rng = np.random.default_rng(seed)
-        self._data: dict[str, np.ndarray] | None = None
+        self._data: dict[str, np.ndarray] = layout.allocate(capacity)
         self._start = 0
         self._size = 0
         self.added = 0
@@ -64,31 +73,11 @@ class ColumnarRing:
     def __len__(self) -> int:
         return self._size
 
-    def _allocate(self, arrays: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-        return {
-            k: np.empty((self.capacity, *np.shape(v)[1:]), dtype=np.asarray(v).dtype)
-            for k, v in arrays.items()
-        }
-
-    def _check(self, arrays: Mapping[str, np.ndarray], count: int) -> None:
-        assert self._data is not None
-        if arrays.keys() != self._data.keys():
-            raise LayoutError(f"keys {sorted(arrays)} differ from stored {sorted(self._data)}")
-        for k, v in arrays.items():
-            held = self._data[k]
-            if v.dtype != held.dtype or v.shape[1:] != held.shape[1:] or v.shape[0] != count:
-                raise LayoutError(
-                    f"{k!r}: got {v.dtype}{list(v.shape)} for {count} items, "
-                    f"store holds {held.dtype}{list(held.shape[1:])} per item"
-                )
-
     def add_batch(self, arrays: Mapping[str, np.ndarray], count: int) -> None:
         """Copy `count` stacked items in, dropping the oldest if the ring is full."""
         if count <= 0:
             return
-        if self._data is None:
-            self._data = self._allocate(arrays)
-        self._check(arrays, count)
+        self.layout.check(arrays, count)
         offset = 0
         if count > self.capacity:  # only the newest `capacity` items can survive
             offset = count - self.capacity
@@ -114,7 +103,7 @@ class ColumnarRing:
         the stale ones are at the oldest end (a stale item behind a fresh one is caught by the
         learner, which checks every item it gets).
         """
-        if self._data is None or key not in self._data or self._size == 0:
+        if key not in self._data or self._size == 0:
             return 0
         held = self._data[key][(self._start + np.arange(self._size)) % self.capacity]
         fresh = held.reshape(self._size, -1).min(axis=1) >= minimum
@@ -129,7 +118,7 @@ class ColumnarRing:
 
     def sample(self, batch_size: int) -> ArrayDict:
         """FIFO: the oldest `batch_size` items, removed. Uniform: random items, kept."""
-        if self._data is None or self._size == 0:
+        if self._size == 0:
             raise LayoutError("the store is empty")
         if self.mode == "fifo":
             n = min(batch_size, self._size)
@@ -151,11 +140,13 @@ class ColumnarRing:
 class ItemBufferAdapter:
     """Gives an item-wise `ReplayBuffer` (from `surreal_kube.rl`) the batch interface."""
 
-    def __init__(self, buffer: Any) -> None:
+    def __init__(self, buffer: Any, layout: ItemLayout) -> None:
         self.buffer = buffer
+        self.layout = layout
 
     def add_batch(self, arrays: Mapping[str, np.ndarray], count: int) -> None:
         """Split the batch into items (views, no copies) and add them one by one."""
+        self.layout.check(arrays, count)
         extend = getattr(self.buffer, "add_batch", None)
         if callable(extend):
             extend(arrays, count)

@@ -38,7 +38,7 @@ from tensorboard.summary.writer.event_file_writer import EventFileWriter
 
 from surreal_kube.comm import wire
 from surreal_kube.comm.sockets import make_socket
-from surreal_kube.runtime.base import RoleBase
+from surreal_kube.runtime.base import RoleBase, topology_sources
 from surreal_kube.runtime.conductor import Conductor
 from surreal_kube.runtime.context import RoleContext
 from surreal_kube.runtime.lifecycle import Every, RateMeter, StopFlag
@@ -92,6 +92,19 @@ def parse_scalars(
             raise InvalidScalars("bad-meta", f"value of {tag!r}")
         values[tag] = float(value)
     return src, grp, idx if grp is not None else None, step, float(stamp), values
+
+
+def check_source(
+    src: str, grp: str | None, idx: int | None, sources: frozenset[str], counts: dict[str, int]
+) -> None:
+    """InvalidScalars unless `src` is a process of the topology and an indexed group's index
+    one of its members (agent ids below `agents.count`, eval indices below `evals.count`)."""
+    if src not in sources:
+        raise InvalidScalars("unknown-source", f"{src!r} is not a process of this experiment")
+    if grp is not None and (
+        not src.startswith(f"{grp}-") or idx is None or not 0 <= idx < counts.get(grp, 0)
+    ):
+        raise InvalidScalars("unknown-source", f"{src!r} has no member {idx} of {grp!r}")
 
 
 def bin_name(group: str, index: int, bin_size: int, count: int | None = None) -> str:
@@ -229,7 +242,16 @@ class TensorplexRole(RoleBase):
 
     def __init__(self, ctx: RoleContext, stop: StopFlag | None = None) -> None:
         super().__init__(ctx, stop)
-        self.sock = make_socket(zmq.PULL, bind=ctx.bind("tensorplex"), rcvhwm=10_000)
+        # scalars travel in the header only (comm.metrics): nothing larger is a scalars message
+        self.sock = make_socket(
+            zmq.PULL,
+            bind=ctx.bind("tensorplex"),
+            rcvhwm=10_000,
+            max_msg_bytes=wire.MAX_HEADER_BYTES,
+        )
+        self.sources = topology_sources(ctx)
+        """The processes of this experiment: scalars from any other name are dropped (a source
+        name becomes an event-file folder and counts in the run's progress and its end)."""
         self.writer = ScalarWriter(ctx.folder("tensorboard"))
         self.rejects = wire.Rejects(log)
         self.received = 0
@@ -257,6 +279,7 @@ class TensorplexRole(RoleBase):
             return
         try:
             src, grp, idx, step, stamp, values = parse_scalars(msg.meta)
+            check_source(src, grp, idx, self.sources, self.counts)
         except InvalidScalars as exc:
             self.rejects.add(exc, "tensorplex")
             return

@@ -274,3 +274,35 @@ def test_a_shard_does_not_back_off_from_the_learner_that_binds_last():
         assert shard.rep.getsockopt(zmq.RECONNECT_IVL_MAX) == 1000  # the rest backs off
     finally:
         shard.close()
+
+
+def test_a_client_drops_parameters_that_do_not_match_their_hash():
+    """A peer that joined the parameter server (a REP socket on its backend) served forged or
+    corrupted parameters, and agents loaded them: now they are dropped and counted."""
+    from surreal_kube.comm.parameters import content_hash
+    from surreal_kube.comm.sockets import bind_any_port
+
+    real = {"w": np.arange(4, dtype=np.float32)}
+    forged = {"w": np.full(4, 1e9, np.float32)}
+    replies = [forged, real]  # both claim the real parameters' hash
+    rep, addr = bind_any_port(zmq.REP)
+
+    def serve() -> None:
+        for arrays in replies:
+            rep.recv_multipart()
+            meta = {"iteration": 7, "hash": content_hash(real), "time": 0.0}
+            rep.send_multipart(wire.encode(wire.PARAMS, meta, arrays), copy=False)
+
+    server = threading.Thread(target=serve, daemon=True)
+    server.start()
+    client = ParameterClient(addr, timeout=10.0)
+    try:
+        assert client.fetch() is None and client.info is None
+        assert client.rejects.counts["bad-hash"] == 1 and client.last_outcome == "failed"
+        got = client.fetch()
+        assert got is not None and client.info is not None and client.info.iteration == 7
+        np.testing.assert_array_equal(got["w"], real["w"])
+    finally:
+        server.join(10)
+        client.close()
+        rep.close(0)

@@ -21,7 +21,9 @@ import torch
 from surreal_kube.comm.experience import ON_POLICY_PIPE, ExperienceSender
 from surreal_kube.comm.parameters import ParameterPublisher
 from surreal_kube.comm.sampling import Prefetcher
+from surreal_kube.envs import env_spaces
 from surreal_kube.runtime.context import RoleContext
+from surreal_kube.runtime.layout import item_layout
 from surreal_kube.runtime.status import write_atomic
 from surreal_kube.session.checkpoint import Checkpoint
 
@@ -45,13 +47,19 @@ def _slow_learner_and_fast_producer(run) -> tuple[list[int], dict, ExperienceSen
         wait_hook=lambda waited: not stop.is_set(),
     )
 
+    # an item as this experiment's agents send it (the shard takes nothing else)
+    item = {
+        k: v[0]
+        for k, v in item_layout(run.exp.spec, *env_spaces(run.exp.spec.env)).example(1).items()
+    }
+
     def produce() -> None:
         steps = 0
         while not stop.is_set():
             stamp = np.array(version[0], np.int64)
             steps += 20
             sender.env_steps = steps
-            sender.send({"obs": np.zeros((25, 40), np.float32), "param_version": stamp})
+            sender.send({**item, "param_version": stamp})
 
     producer = threading.Thread(target=produce, daemon=True)
     prefetcher = Prefetcher(run.addr("replay-sampler"), BATCH, on_policy=True)

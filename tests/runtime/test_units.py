@@ -9,6 +9,7 @@ import pytest
 
 from surreal_kube.errors import RuntimeRoleError
 from surreal_kube.runtime.context import RoleContext, index_from_hostname
+from surreal_kube.runtime.layout import ItemLayout
 from surreal_kube.runtime.ring import ColumnarRing, ItemBufferAdapter, LayoutError
 from surreal_kube.runtime.status import ProgressFile, read_status
 from surreal_kube.runtime.tensorplex import InvalidScalars, bin_name, parse_scalars
@@ -73,8 +74,12 @@ def test_progress_file_is_atomic_json_and_counters_survive_restarts(tmp_path):
     assert data["episodes"] == 4
 
 
+def _layout(**fields: tuple[type, tuple[int, ...]]) -> ItemLayout:
+    return ItemLayout({k: (np.dtype(t), shape) for k, (t, shape) in fields.items()})
+
+
 def test_ring_fifo_returns_oldest_first_and_removes_them():
-    ring = ColumnarRing(10, "fifo")
+    ring = ColumnarRing(10, _layout(x=(np.int64, ()), y=(np.float32, (1,))), "fifo")
     ring.add_batch({"x": np.arange(6), "y": np.arange(6, dtype=np.float32)[:, None]}, 6)
     ring.add_batch({"x": np.arange(6, 13), "y": np.arange(6, 13, dtype=np.float32)[:, None]}, 7)
     assert len(ring) == 10 and ring.overwritten == 3  # 0, 1, 2 fell off
@@ -86,7 +91,7 @@ def test_ring_fifo_returns_oldest_first_and_removes_them():
 
 
 def test_ring_uniform_keeps_items_and_refuses_other_layouts():
-    ring = ColumnarRing(1000, "uniform", seed=1)
+    ring = ColumnarRing(1000, _layout(x=(np.int64, ())), "uniform", seed=1)
     ring.add_batch({"x": np.arange(100)}, 100)
     batch = ring.sample(512)
     assert len(ring) == 100 and batch["x"].shape == (512,)
@@ -95,7 +100,7 @@ def test_ring_uniform_keeps_items_and_refuses_other_layouts():
         ring.add_batch({"x": np.arange(3, dtype=np.float32)}, 3)
     with pytest.raises(LayoutError):
         ring.add_batch({"z": np.arange(3)}, 3)
-    big = ColumnarRing(5, "fifo")
+    big = ColumnarRing(5, _layout(x=(np.int64, ())), "fifo")
     big.add_batch({"x": np.arange(12)}, 12)  # larger than the ring: newest survive
     np.testing.assert_array_equal(big.sample(5)["x"], [7, 8, 9, 10, 11])
 
@@ -103,7 +108,7 @@ def test_ring_uniform_keeps_items_and_refuses_other_layouts():
 def test_item_adapter_feeds_item_buffers():
     from surreal_kube.rl.replay import PrioritizedReplay
 
-    store = ItemBufferAdapter(PrioritizedReplay(64, seed=0))
+    store = ItemBufferAdapter(PrioritizedReplay(64, seed=0), _layout(obs=(np.float32, (3,))))
     store.add_batch({"obs": np.ones((10, 3), np.float32)}, 10)
     assert len(store) == 10
     batch = store.sample(4)
