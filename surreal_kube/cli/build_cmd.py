@@ -155,7 +155,8 @@ def build(
     """
     from surreal_kube.launch.kube.images import engine as image_engine
     from surreal_kube.launch.kube.images import load as image_load
-    from surreal_kube.launch.kube.images import planner, wheelhouse
+    from surreal_kube.launch.kube.images import planner
+    from surreal_kube.launch.kube.images import wheelhouse as wheelhouses
     from surreal_kube.launch.kube.profile import load_profile
     from surreal_kube.launch.kube.render.objects import used_image_keys
 
@@ -183,7 +184,7 @@ def build(
         platform=platform,
     )
     if not dry_run:
-        house = None if no_wheelhouse else (wheelhouse or wheelhouse.default_wheelhouse())
+        house = None if no_wheelhouse else (wheelhouse or wheelhouses.default_wheelhouse())
         plans = image_engine.build_images(plans, client, push=push, progress=info, wheelhouse=house)
         plans = [*plans, *_operator_image(plans, client, push=push)]
         if kind:

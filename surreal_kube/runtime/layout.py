@@ -78,7 +78,7 @@ def _obs_fields(prefix: str, space: gym.Space, steps: int | None) -> dict:
         return {f"{prefix}/low_dim": (_F32, (*lead, *space.shape))}
     if isinstance(space, gym.spaces.Dict):
         return {
-            f"{prefix}/{k}": (np.dtype(s.dtype), (*lead, *s.shape))  # type: ignore[arg-type]
+            f"{prefix}/{k}": (np.dtype(s.dtype), (*lead, *(s.shape or ())))
             for k, s in space.spaces.items()
         }
     raise LayoutError(f"unsupported observation space {space}")
@@ -105,14 +105,14 @@ def item_layout(spec: ExperimentSpec, obs_space: gym.Space, action_space: gym.Sp
     algorithm = spec.algorithm
     fields: dict[str, tuple[np.dtype, tuple[int, ...]]] = {}
     if algorithm.name == "ppo":
-        h = int(algorithm.horizon)  # type: ignore[union-attr]
+        h = int(algorithm.horizon)
         fields.update(_obs_fields("obs", obs_space, h))
         fields.update(_action_fields(action_space, h))
         for key in ("rewards", "terminals", "behaviour_logp", "mask", "train_mask"):
             fields[key] = (_F32, (h,))
         fields["step_version"] = (np.dtype(np.int64), (h,))  # each step's acting parameters
         fields.update(_obs_fields("bootstrap", obs_space, None))
-        rnn = algorithm.rnn  # type: ignore[union-attr]
+        rnn = algorithm.rnn
         if rnn.enabled:
             fields["rnn_h"] = fields["rnn_c"] = (_F32, (int(rnn.layers), int(rnn.hidden_size)))
     elif algorithm.name == "ddpg":
@@ -149,7 +149,7 @@ def parameter_bytes_bound(
     parts = _obs_fields("obs", obs_space, None)
     features = 0
     numbers = 0
-    cnn = algorithm.cnn  # type: ignore[union-attr]
+    cnn = algorithm.cnn
     for key, (_, shape) in parts.items():
         size = math.prod(shape)
         if key.endswith("/pixel") and cnn.enabled:
@@ -163,7 +163,7 @@ def parameter_bytes_bound(
         actions = int(action_space.n)
     else:
         actions = int(math.prod(action_space.shape or (1,)))
-    hidden = list(map(int, algorithm.hidden_sizes))  # type: ignore[union-attr]
+    hidden = list(map(int, algorithm.hidden_sizes))
     rnn = getattr(algorithm, "rnn", None)
     if rnn is not None and rnn.enabled:
         width = max(features, int(rnn.hidden_size))
