@@ -16,11 +16,19 @@ PositiveFloat = Annotated[float, Field(gt=0)]
 
 
 class ScheduleConfig(SpecModel):
-    """A learning-rate (or noise) schedule over learner iterations."""
+    """A learning-rate (or clip) schedule over learner iterations or over the run's budget."""
 
-    kind: Literal["constant", "linear"] = Field("constant", description="constant or linear decay")
+    kind: Literal["constant", "linear", "budget"] = Field(
+        "constant",
+        description="constant; linear decay over `horizon` iterations; budget: linear decay over "
+        "the run's budget (session.maxEnvSteps global env steps or maxTimeSeconds, whichever "
+        "is spent first), its floor reached at the budget",
+    )
     final_fraction: float = Field(
-        0.0, ge=0, le=1, description="linear: value at the end, as a fraction of the initial one"
+        0.0,
+        ge=0,
+        le=1,
+        description="linear, budget: value at the end, as a fraction of the initial one",
     )
     horizon: int = Field(
         1_000_000, ge=1, description="linear: iterations over which the value decays"
@@ -81,6 +89,19 @@ class PPOConfig(SpecModel):
     # steps instead of about 700k.
     lr_baseline: float = Field(1e-3, gt=0, description="Adam learning rate of the critic")
     lr_schedule: ScheduleConfig = Field(default_factory=ScheduleConfig)
+    clip_schedule: ScheduleConfig = Field(
+        default_factory=ScheduleConfig,
+        description="scales the (adapted) clip range, as lrSchedule scales the learning rates",
+    )
+    # The clip is decoupled (one trust-region centre, the policy at the iteration's start); a
+    # lagged step's surrogate is weighted by pi_start / pi_behaviour, truncated here so that an
+    # action the policy has come to prefer since cannot dominate a batch (1 at lag 0).
+    behaviour_weight_max: float = Field(
+        2.0,
+        ge=1,
+        description="truncation of a step's weight pi_start / pi_behaviour in the decoupled "
+        "surrogate (steps acted with older parameters)",
+    )
     entropy_coeff: float = Field(0.0, ge=0, description="entropy bonus weight")
     max_grad_norm: float | None = Field(5.0, description="clip gradients to this norm; null: off")
     # -2 (std 0.14 of an action range of 1) rather than SURREAL's -1: with many agents feeding one

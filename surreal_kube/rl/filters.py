@@ -154,3 +154,80 @@ class RewardFilter(RunningMeanStd):
         if self.clip is not None:
             r = np.clip(r, -self.clip, self.clip)
         return r.astype(np.float32)
+
+
+class FilterHistory:
+    """The observation filters of the last few parameter versions, to whiten lagged data with.
+
+    An agent acting with parameters of version v whitened its observations with the filter the
+    learner published with them; the learner's own filter has moved on since (it takes each
+    batch's steps in). Whitening a lagged step with the learner's current filter would feed the
+    policy other inputs than those its behaviour log-probabilities were computed on, so the
+    learner keeps the (mean, std) of each version it published and whitens every step with the
+    filter of the version that acted. A version no longer (or never) kept falls back to the
+    current filter, and is counted.
+    """
+
+    def __init__(self, keep: int) -> None:
+        if keep < 1:
+            raise ValueError(f"a filter history keeps at least one version, got keep={keep}")
+        self.keep = keep
+        self._stats: dict[int, tuple[np.ndarray, np.ndarray, bool]] = {}
+
+    def record(self, version: int, filt: ZFilter) -> None:
+        """Remember the statistics `filt` has now as those of parameter version `version`."""
+        mean, std = filt.mean_std_f32()
+        self._stats[int(version)] = (mean, std, filt.count > 0)
+        while len(self._stats) > self.keep:
+            del self._stats[min(self._stats)]
+
+    @property
+    def versions(self) -> list[int]:
+        """Versions kept, oldest first."""
+        return sorted(self._stats)
+
+    def whiten(
+        self, x: np.ndarray, versions: np.ndarray, current: ZFilter
+    ) -> tuple[np.ndarray, int]:
+        """`x` (..., *shape) whitened per entry with the filter of `versions` (...).
+
+        Returns the whitened float32 array and how many entries had a version not kept (those
+        use `current`). An empty filter is the identity, unclipped, as in the actors.
+        """
+        lead = x.shape[: x.ndim - len(current.shape)]
+        if versions.shape != lead:
+            raise ValueError(f"versions {versions.shape} do not match observations {x.shape}")
+        out = np.asarray(x, dtype=np.float32).copy()
+        missed = 0
+        for version in np.unique(versions):
+            where = versions == version
+            stats = self._stats.get(int(version))
+            if stats is None:
+                missed += int(where.sum())
+                mean, std = current.mean_std_f32()
+                filled = current.count > 0
+            else:
+                mean, std, filled = stats
+            if filled:
+                out[where] = np.clip((out[where] - mean) / std, -current.clip, current.clip)
+        return out, missed
+
+    def to_arrays(self, prefix: str) -> ArrayDict:
+        """The kept statistics as flat arrays (for checkpoints)."""
+        versions = self.versions
+        return {
+            f"{prefix}/versions": np.array(versions, dtype=np.int64),
+            f"{prefix}/mean": np.stack([self._stats[v][0] for v in versions]),
+            f"{prefix}/std": np.stack([self._stats[v][1] for v in versions]),
+            f"{prefix}/filled": np.array([self._stats[v][2] for v in versions], dtype=np.bool_),
+        }
+
+    def load_arrays(self, arrays: dict[str, Any], prefix: str) -> None:
+        """Adopt statistics written by `to_arrays` (numpy arrays or tensors)."""
+        versions = _numpy(arrays[f"{prefix}/versions"]).reshape(-1)
+        mean = _numpy(arrays[f"{prefix}/mean"]).astype(np.float32)
+        std = _numpy(arrays[f"{prefix}/std"]).astype(np.float32)
+        filled = _numpy(arrays[f"{prefix}/filled"]).reshape(-1)
+        self._stats = {int(v): (mean[i], std[i], bool(filled[i])) for i, v in enumerate(versions)}
+        while len(self._stats) > self.keep:
+            del self._stats[min(self._stats)]

@@ -18,20 +18,31 @@ def masked_mean(x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tens
 
 def ppo_clip_loss(
     logp: torch.Tensor,
-    behaviour_logp: torch.Tensor,
+    ref_logp: torch.Tensor,
     advantages: torch.Tensor,
     clip_epsilon: float,
     mask: torch.Tensor | None = None,
+    weights: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-    """Clipped surrogate objective (negated, to minimize) and its statistics.
+    """Clipped surrogate (negated, to minimize), decoupled when `weights` are given.
 
-    The ratio is taken against the behaviour policy (the one the agent acted with), which corrects
-    for agents acting with slightly stale parameters.
+    The ratio r = pi / pi_ref is clipped around the reference policy (the policy at the
+    iteration's start: one trust-region centre, the same one the KL figures use), and each step's
+    term is weighted by `weights` = pi_ref / pi_behaviour (truncated by the caller): the
+    importance weight of data acted with older parameters (Hilton et al. 2021, "Batch size-
+    invariance for policy optimization"). Untruncated, weights * r = pi / pi_behaviour, so the
+    gradient is the off-policy surrogate's; without lag the weights are 1 and this is PPO.
+
+        loss = -mean(w * min(r * A, clip(r, 1 - eps, 1 + eps) * A))
+        d loss / d logp = -w * r * A / N where the unclipped term is the smaller one, else 0
     """
-    ratio = torch.exp(logp - behaviour_logp)
+    ratio = torch.exp(logp - ref_logp)
     surr = ratio * advantages
     clipped = torch.clamp(ratio, 1.0 - clip_epsilon, 1.0 + clip_epsilon) * advantages
-    loss = -masked_mean(torch.min(surr, clipped), mask)
+    objective = torch.min(surr, clipped)
+    if weights is not None:
+        objective = weights.detach() * objective
+    loss = -masked_mean(objective, mask)
     with torch.no_grad():
         stats = {
             "surrogate": masked_mean(surr, mask),
@@ -44,21 +55,27 @@ def ppo_clip_loss(
 
 def ppo_adapt_loss(
     logp: torch.Tensor,
-    behaviour_logp: torch.Tensor,
+    ref_logp: torch.Tensor,
     advantages: torch.Tensor,
     kl: torch.Tensor,
     beta: float,
     kl_target: float,
     kl_cutoff_coeff: float,
     mask: torch.Tensor | None = None,
+    weights: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """Adaptive-KL objective: -surrogate + beta * KL + cutoff * max(0, KL - 2 * target)^2.
 
-    The quadratic cutoff term (Heess et al. 2017) pulls hard when the policy runs far past the
-    trust region, which the linear beta term alone adapts to too slowly.
+    The surrogate is w * pi / pi_ref * A with the same weights as `ppo_clip_loss` (so the
+    reference policy is the one centre of the KL terms and of the ratio). The quadratic cutoff
+    term (Heess et al. 2017) pulls hard when the policy runs far past the trust region, which the
+    linear beta term alone adapts to too slowly.
     """
-    ratio = torch.exp(logp - behaviour_logp)
-    surr = masked_mean(ratio * advantages, mask)
+    ratio = torch.exp(logp - ref_logp)
+    terms = ratio * advantages
+    if weights is not None:
+        terms = weights.detach() * terms
+    surr = masked_mean(terms, mask)
     kl_mean = masked_mean(kl, mask)
     cutoff = torch.clamp(kl_mean - 2.0 * kl_target, min=0.0).pow(2)
     loss = -surr + beta * kl_mean + kl_cutoff_coeff * cutoff

@@ -37,14 +37,14 @@ import torch
 from surreal_kube.experiment.algorithms import PPOConfig
 from surreal_kube.rl import losses
 from surreal_kube.rl.distributions import Categorical, DiagGaussian, Distribution
-from surreal_kube.rl.filters import RewardFilter, ZFilter
+from surreal_kube.rl.filters import FilterHistory, RewardFilter, ZFilter
 from surreal_kube.rl.gae import gae, normalize_advantages
 from surreal_kube.rl.interfaces import ArrayDict
 from surreal_kube.rl.models import NumpyMLP, PPOModel
 from surreal_kube.rl.observations import canonical, flatten_obs, obs_shapes, unflatten_obs
 from surreal_kube.rl.optim import adam
 from surreal_kube.rl.params import arrays_to_state, state_to_arrays
-from surreal_kube.rl.schedules import schedule_from_config
+from surreal_kube.rl.schedules import schedule_from_config, scheduled_value
 from surreal_kube.rl.seeding import set_torch_rng_state, torch_rng_state
 from surreal_kube.rl.trajectory import SubTrajectoryWriter
 from surreal_kube.rl.value_norm import ValueNormalizer
@@ -218,10 +218,49 @@ class PPOActor:
         step["terminals"] = np.array(float(terminated), dtype=np.float32)
         step["behaviour_logp"] = np.asarray(pending["logp"], dtype=np.float32)
         step["action_info"] = pending["info"]
+        step["step_version"] = np.array(self.parameters_iteration, dtype=np.int64)
         items = self.writer.add(step, flatten_obs("bootstrap", next_obs), done, pending["extras"])
+        for item in items:
+            _stamp_version(item)
         if done:
             self.reset()
         return items
+
+
+def _step_versions(
+    batch: ArrayDict, mask: np.ndarray, lengths: np.ndarray, current: int
+) -> np.ndarray:
+    """(B, H+1) parameter version of every observation of `_prepare`'s sequence.
+
+    Per step when the items carry `step_version`, else the item's `param_version`, else (batches
+    not from actors) the learner's current version. The bootstrap observation at `lengths` takes
+    its window's last step's version.
+    """
+    b, h = mask.shape
+    if "step_version" in batch:
+        steps = np.asarray(batch["step_version"], dtype=np.int64).reshape(b, h)
+    elif "param_version" in batch:
+        steps = np.repeat(np.asarray(batch["param_version"], dtype=np.int64).reshape(b, 1), h, 1)
+    else:
+        steps = np.full((b, h), current, dtype=np.int64)
+    rows = np.arange(b)
+    ext = np.concatenate([steps, steps[:, -1:]], axis=1)
+    ext[rows, lengths] = steps[rows, np.maximum(lengths - 1, 0)]
+    return ext
+
+
+def _stamp_version(item: ArrayDict) -> None:
+    """An item's `param_version` is its oldest step's: a window can span a fetch.
+
+    Stamping the version at send time would under-count the lag of the steps acted before the
+    fetch (and let the policy-lag bound pass them). Padding steps take the item's version, so
+    that every entry of `step_version` names a filter the learner may have kept.
+    """
+    versions = item["step_version"]
+    valid = item["mask"] > 0
+    oldest = versions[valid].min()
+    versions[~valid] = oldest
+    item["param_version"] = np.array(oldest, dtype=np.int64)
 
 
 class PPOLearner:
@@ -249,10 +288,22 @@ class PPOLearner:
         # the two updates can be fused over individual steps (see _epochs_flat).
         self._flat = self.model.rnn is None and self.model.encoder.cnn is None
         self.lr_scale = schedule_from_config(config.lr_schedule, 1.0)
+        self.clip_scale = schedule_from_config(config.clip_schedule, 1.0)
+        self.budget_fraction: float | None = None
+        """The run's budget spent (0-1), set by whoever drives the learner (see RunBudget)."""
+        self.budget_seconds = 0.0
+        """Wall time the run had spent at the last update (kept in checkpoints)."""
         self.z_filter = _z_filter(config, obs_space)
+        # the filters of the versions data may still come from (up to max_policy_lag old)
+        self.filter_history = FilterHistory(config.max_policy_lag + 2)
+        if self.z_filter is not None:
+            self.filter_history.record(0, self.z_filter)
+        self.filter_misses = 0
+        """Steps whitened with the current filter because their version's was not kept."""
         self.r_filter = RewardFilter() if config.use_r_filter else None
         self.value_norm = ValueNormalizer(self._critic_head()) if config.value_norm else None
         self.clip_epsilon = config.clip_epsilon
+        self._clip_now = config.clip_epsilon  # the adapted clip range, scaled by its schedule
         self.beta = config.beta_init
         self.iteration = 0
         self.env_steps = 0
@@ -279,8 +330,12 @@ class PPOLearner:
             "iteration": self.iteration,
             "env_steps": self.env_steps,
             "last_kl": self.last_kl,
+            "budget_seconds": self.budget_seconds,
             "rng": torch_rng_state(self.device),
         }
+        if self.z_filter is not None:
+            history = self.filter_history.to_arrays("z_filter_history")
+            state["z_filter_history"] = {k: torch.from_numpy(v) for k, v in history.items()}
         for name, filt in (("z_filter", self.z_filter), ("r_filter", self.r_filter)):
             if filt is not None:
                 state[name] = {k: torch.from_numpy(v) for k, v in filt.to_arrays(name).items()}
@@ -301,6 +356,12 @@ class PPOLearner:
         for name, filt in (("z_filter", self.z_filter), ("r_filter", self.r_filter)):
             if filt is not None and name in state:
                 filt.load_arrays(state[name], name)
+        self.budget_seconds = float(state.get("budget_seconds", 0.0))
+        if self.z_filter is not None:
+            self.filter_history = FilterHistory(self.config.max_policy_lag + 2)
+            if "z_filter_history" in state:
+                self.filter_history.load_arrays(state["z_filter_history"], "z_filter_history")
+            self.filter_history.record(self.iteration, self.z_filter)
         # A checkpoint from before value normalization holds a head in return units: with the
         # normalizer's initial statistics (mean 0, std 1) that is read the same way.
         if self.value_norm is not None and "value_norm" in state:
@@ -328,14 +389,14 @@ class PPOLearner:
             seq[key] = ext
         owned_obs = None
         if self.z_filter is not None and "low_dim" in seq:
-            # whiten with the statistics the agents acted with; update after learning (see top)
+            # whiten each step with the statistics its agent acted with (its version's filter);
+            # the current filter takes the batch in after learning (see the module docstring)
             owned_obs = obs["low_dim"][train_mask > 0]
-        if owned_obs is not None and self.z_filter is not None and self.z_filter.count > 0:
-            # (an empty filter is the identity, unclipped, in the actors too)
-            mean, std = self.z_filter.mean_std_f32()
-            clip = self.z_filter.clip
-            low = (seq["low_dim"].astype(np.float32) - mean) / std
-            seq["low_dim"] = np.clip(low, -clip, clip)
+            versions = _step_versions(batch, mask, lengths, self.iteration)
+            seq["low_dim"], missed = self.filter_history.whiten(
+                seq["low_dim"], versions, self.z_filter
+            )
+            self.filter_misses += missed
         raw_rewards = batch["rewards"].astype(np.float32)
         rewards = raw_rewards
         if self.r_filter is not None:
@@ -380,7 +441,10 @@ class PPOLearner:
     def learn(self, batch: ArrayDict) -> dict[str, float]:
         """One iteration: GAE, policy epochs (with KL early stop), baseline epochs, adaptation."""
         cfg = self.config
-        scale = self.lr_scale.value(self.iteration)
+        spent = self.budget_fraction
+        scale = scheduled_value(cfg.lr_schedule, self.lr_scale, self.iteration, spent)
+        clip_scale = scheduled_value(cfg.clip_schedule, self.clip_scale, self.iteration, spent)
+        self._clip_now = self.clip_epsilon * clip_scale
         for group in self.opt_policy.param_groups:
             group["lr"] = cfg.lr_policy * scale
         for group in self.opt_baseline.param_groups:
@@ -396,8 +460,13 @@ class PPOLearner:
             values_ext = self._values(features)
             boot_values = values_ext[rows, lengths].cpu().numpy()
             values = values_ext[:, :h].cpu().numpy() * data["mask"]
-            # the reference of every KL figure: the policy at the start of this iteration
+            # the reference of every KL figure and the clip's centre: the policy at the start
+            # of this iteration
             ref_info = self.model.policy_info(features)[:, :h]
+            data["ref_logp"] = self.dist.log_prob(ref_info, data["actions"])
+            # pi_start / pi_behaviour: 1 on-policy; what corrects a lagged step (truncated)
+            raw_weights = torch.exp(data["ref_logp"] - data["behaviour_logp"])
+            data["weights"] = raw_weights.clamp(max=cfg.behaviour_weight_max)
         adv, returns = gae(
             data["rewards"],
             values,
@@ -441,8 +510,12 @@ class PPOLearner:
         self._adapt(kl)
         if self.z_filter is not None and data["owned_obs"] is not None:
             self.z_filter.update(data["owned_obs"])
+        if self.z_filter is not None:
+            self.filter_history.record(self.iteration, self.z_filter)
         if self.r_filter is not None:
             self.r_filter.update(data["owned_rewards"])
+        owned_t = train_mask > 0
+        weights_owned = raw_weights[owned_t]
 
         stats = {f"losses/{k}": float(v) for k, v in policy_stats.items()}
         stats.update(
@@ -452,10 +525,16 @@ class PPOLearner:
                 "losses/approx_kl": kl,
                 "ppo/kl_behaviour": kl_behaviour,
                 "losses/explained_variance": explained,
-                "ppo/clip_epsilon": self.clip_epsilon,
+                "ppo/clip_epsilon": self._clip_now,
+                "ppo/behaviour_weight_mean": float(weights_owned.mean()),
+                "ppo/behaviour_weight_truncated": float(
+                    (weights_owned > cfg.behaviour_weight_max).float().mean()
+                ),
+                "ppo/filter_misses": float(self.filter_misses),
                 "ppo/beta": self.beta,
                 "ppo/policy_epochs": float(epochs_run),
                 "ppo/lr_policy": cfg.lr_policy * scale,
+                "ppo/budget_fraction": -1.0 if spent is None else spent,
                 "ppo/grad_norm": grad_norm,
                 "ppo/advantage_mean_raw": float(np.mean(adv[train_mask_np > 0])),
                 "ppo/return_mean": float(returns[train_mask_np > 0].mean()),
@@ -472,27 +551,36 @@ class PPOLearner:
         self,
         info: torch.Tensor,
         actions: torch.Tensor,
-        behaviour_logp: torch.Tensor,
+        ref_logp: torch.Tensor,
+        weights: torch.Tensor,
         adv: torch.Tensor,
         ref_info: torch.Tensor,
         mask: torch.Tensor | None,
     ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-        """Surrogate (clip or adaptive KL) minus the entropy bonus, with its statistics."""
+        """Decoupled surrogate (clip or adaptive KL) minus the entropy bonus, with its stats.
+
+        The ratio is taken against the policy at the iteration's start (the one trust-region
+        centre, shared with the KL figures, early stopping and the clip's adaptation); each
+        step's `weights` (pi_start / pi_behaviour, truncated) correct for the policy that acted.
+        """
         cfg = self.config
         logp = self.dist.log_prob(info, actions)
         if cfg.mode == "clip":
-            loss, stats = losses.ppo_clip_loss(logp, behaviour_logp, adv, self.clip_epsilon, mask)
+            loss, stats = losses.ppo_clip_loss(
+                logp, ref_logp, adv, self._clip_now, mask, weights=weights
+            )
         else:
             kl_ref = self.dist.kl(ref_info, info)
             loss, stats = losses.ppo_adapt_loss(
                 logp,
-                behaviour_logp,
+                ref_logp,
                 adv,
                 kl_ref,
                 self.beta,
                 cfg.kl_target,
                 cfg.kl_cutoff_coeff,
                 mask,
+                weights=weights,
             )
         entropy = losses.masked_mean(self.dist.entropy(info), mask)
         loss = loss - cfg.entropy_coeff * entropy
@@ -528,7 +616,8 @@ class PPOLearner:
                 loss, stats = self._policy_loss(
                     info,
                     data["actions"][idx],
-                    data["behaviour_logp"][idx],
+                    data["ref_logp"][idx],
+                    data["weights"][idx],
                     adv[idx],
                     ref_info[idx],
                     train_mask[idx],
@@ -574,7 +663,7 @@ class PPOLearner:
         owned = train_mask > 0
         obs = {k: v[:, :h][owned] for k, v in data["seq"].items()}
         actions = data["actions"][owned]
-        behaviour_logp = data["behaviour_logp"][owned]
+        ref_logp, weights = data["ref_logp"][owned], data["weights"][owned]
         adv, returns, ref_info = adv[owned], returns[owned], ref_info[owned]
         n = actions.shape[0]
         # Minibatches have the size they would have in a batch of full windows, so a batch that
@@ -598,7 +687,13 @@ class PPOLearner:
                 if do_policy:
                     info = self.model.policy_info(features)
                     ploss, stats = self._policy_loss(
-                        info, actions[idx], behaviour_logp[idx], adv[idx], ref_info[idx], None
+                        info,
+                        actions[idx],
+                        ref_logp[idx],
+                        weights[idx],
+                        adv[idx],
+                        ref_info[idx],
+                        None,
                     )
                     loss = loss + ploss
                 if do_value:

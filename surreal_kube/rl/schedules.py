@@ -1,4 +1,4 @@
-"""Schedules: a value as a function of time (learner iterations or env steps).
+"""Schedules: a value as a function of time (learner iterations, or the run's budget spent).
 
 Learning rates and exploration noise decay over a run; a schedule is a pure function of `t` so that
 a restored learner picks the same value it would have had, with no hidden state to checkpoint.
@@ -7,7 +7,8 @@ a restored learner picks the same value it would have had, with no hidden state 
 from __future__ import annotations
 
 import itertools
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from typing import Protocol
 
 from surreal_kube.experiment.algorithms import ScheduleConfig
@@ -89,7 +90,67 @@ class LinearSchedule:
 
 
 def schedule_from_config(config: ScheduleConfig, initial: float) -> Schedule:
-    """The schedule a `ScheduleConfig` describes, scaled so that it starts at `initial`."""
+    """The schedule a `ScheduleConfig` describes, scaled so that it starts at `initial`.
+
+    `linear` runs over learner iterations; `budget` over the fraction of the run's budget spent
+    (0 to 1, see `RunBudget`), so its floor is reached at the budget whatever the iteration rate.
+    """
     if config.kind == "constant":
         return ConstantSchedule(initial)
-    return LinearSchedule(config.horizon, initial * config.final_fraction, initial)
+    horizon = 1.0 if config.kind == "budget" else config.horizon
+    return LinearSchedule(horizon, initial * config.final_fraction, initial)
+
+
+def scheduled_value(
+    config: ScheduleConfig, schedule: Schedule, iteration: int, budget_fraction: float | None
+) -> float:
+    """A schedule's value now: at the learner's iteration, or at the budget's fraction spent.
+
+    A `budget` schedule without a budget (no maxEnvSteps, no maxTimeSeconds) holds its initial
+    value; the spec refuses that combination, so this only happens to a learner driven by hand.
+    """
+    if config.kind == "budget":
+        return schedule.value(0.0 if budget_fraction is None else budget_fraction)
+    return schedule.value(iteration)
+
+
+class RunBudget:
+    """How much of a run's budget is spent: global env steps or wall time, whichever leads.
+
+    Learning rates annealed to a budget must reach their floor when the run ends, so they are
+    keyed to what ends the run (session.maxEnvSteps, session.maxTimeSeconds), not to learner
+    iterations, whose rate varies with the machine. Wall time counts from this object's creation
+    plus `spent_seconds` (what earlier runs of a restarted learner spent).
+    """
+
+    def __init__(
+        self,
+        max_env_steps: int | None,
+        max_seconds: float | None,
+        spent_seconds: float = 0.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        if max_env_steps is not None and max_env_steps <= 0:
+            raise ValueError(f"max_env_steps must be positive, got {max_env_steps}")
+        if max_seconds is not None and max_seconds <= 0:
+            raise ValueError(f"max_seconds must be positive, got {max_seconds}")
+        self.max_env_steps = max_env_steps
+        self.max_seconds = max_seconds
+        self._clock = clock
+        self._origin = clock() - float(spent_seconds)
+
+    @property
+    def seconds(self) -> float:
+        """Wall time spent, earlier runs included."""
+        return self._clock() - self._origin
+
+    def fraction(self, env_steps: int) -> float | None:
+        """Fraction spent in [0, 1] (the larger of steps and time); None without a budget."""
+        parts = []
+        if self.max_env_steps is not None:
+            parts.append(env_steps / self.max_env_steps)
+        if self.max_seconds is not None:
+            parts.append(self.seconds / self.max_seconds)
+        if not parts:
+            return None
+        return min(max(max(parts), 0.0), 1.0)

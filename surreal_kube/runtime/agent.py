@@ -197,7 +197,9 @@ class AgentsRole(RoleBase):
             t3 = clock()
             if items:
                 for item in items:
-                    item["param_version"] = self._version_stamp
+                    # PPO's actor stamps each item with its oldest step's version (a window
+                    # can span a fetch); others get the version acting now
+                    item.setdefault("param_version", self._version_stamp)
                 self.sender.env_steps = self.progress_steps
                 waited = self.sender.waited_seconds
                 self.sender.send(items)

@@ -109,3 +109,18 @@ def test_td_targets_and_weighted_critic_loss():
         torch.tensor([0.0, 0.0]), torch.tensor([1.0, 2.0]), torch.tensor([1.0, 0.5])
     )
     assert float(loss) == pytest.approx((1.0 + 0.5 * 4.0) / 2)
+
+
+def test_decoupled_clip_gradient_is_as_derived():
+    # d loss / d logp = -w * r * A / N where the unclipped term is the smaller one, else 0
+    logp = torch.log(torch.tensor([1.5, 0.5, 1.1, 0.7])).requires_grad_()
+    ref_logp = torch.zeros(4)
+    adv = torch.tensor([1.0, -1.0, 2.0, 1.0])
+    weights = torch.tensor([0.5, 2.0, 1.5, 0.8])
+    loss, _ = losses.ppo_clip_loss(logp, ref_logp, adv, 0.2, weights=weights)
+    loss.backward()
+    r = torch.exp(logp.detach() - ref_logp)
+    # 1.5 > 1.2 with A > 0 and 0.5 < 0.8 with A < 0: the clipped term is the smaller, no gradient
+    active = torch.tensor([0.0, 0.0, 1.0, 1.0])
+    torch.testing.assert_close(logp.grad, -weights * r * adv * active / 4)
+    assert loss.item() == pytest.approx(-(0.5 * 1.2 + 2.0 * -0.8 + 1.5 * 2.2 + 0.8 * 0.7) / 4)

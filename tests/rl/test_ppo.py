@@ -172,6 +172,8 @@ def test_clip_range_adapts_every_iteration_on_its_kl(pendulum):
     learner.learn(stack_items(collect(actor, pendulum, 8)))
     assert learner.last_kl > 2 * cfg.kl_target
     assert learner.clip_epsilon == pytest.approx(0.2 / 1.5)
+    actor.load_parameters(learner.parameters())  # on-policy again: the clip's centre is the actor
+    actor.reset()
     learner.learn(stack_items(collect(actor, pendulum, 8, seed=1)))
     assert learner.clip_epsilon == pytest.approx(0.2 / 1.5 / 1.5)
 
@@ -387,3 +389,65 @@ def test_minibatches_keep_their_size_when_episodes_are_short(pendulum):
         learner.learn(dict(batch))
         counts.append(len(calls))
     assert counts == [4, 2]  # minibatches of 8 * 20 / 4 = 40 steps: 160 -> 4, 80 -> 2
+
+
+def test_a_window_spanning_a_fetch_is_stamped_with_the_older_version(pendulum):
+    cfg = small()
+    learner = PPOLearner(cfg, pendulum.observation_space, pendulum.action_space, seed=0)
+    actor = PPOActor(cfg, pendulum.observation_space, pendulum.action_space, seed=0)
+    learner.iteration = 3
+    actor.load_parameters(learner.parameters())
+    obs, _ = pendulum.reset(seed=0)
+    items = []
+    for t in range(25):
+        if t == 10:
+            learner.iteration = 4
+            actor.load_parameters(learner.parameters())  # a fetch inside the first window
+        action = actor.act(obs)
+        next_obs, reward, terminated, truncated, _ = pendulum.step(action)
+        items += actor.observe(obs, action, float(reward), next_obs, terminated, truncated)
+        obs = next_obs
+    assert len(items) == 1
+    assert int(items[0]["param_version"]) == 3
+    assert items[0]["step_version"].tolist() == [3] * 10 + [4] * 15
+
+
+def test_a_lagged_item_is_whitened_with_its_own_filter(pendulum):
+    # The learner's weights barely move (tiny lr) but its filter moves with every batch: a batch
+    # acted with version 0 must be whitened with version 0's filter, so that pi_start and the
+    # behaviour policy agree (weights 1); the current filter would shift every observation.
+    cfg = PPOConfig(epochs_policy=1, epochs_baseline=1, lr_policy=1e-12, lr_baseline=1e-12)
+    learner = PPOLearner(cfg, pendulum.observation_space, pendulum.action_space, seed=0)
+    actor = PPOActor(cfg, pendulum.observation_space, pendulum.action_space, seed=0)
+    learner.learn(stack_items(collect(actor, pendulum, 8, seed=5)))  # filter now has statistics
+    actor.load_parameters(learner.parameters())
+    actor.reset()
+    lagged = stack_items(collect(actor, pendulum, 8, seed=6))  # version 1
+    learner.learn(stack_items(collect(actor, pendulum, 8, seed=7)))  # learner at 2, filter moved
+    assert (lagged["param_version"] == 1).all()
+    misses = learner.filter_misses  # (the first batch, acted with initial weights: version -1)
+    stats = learner.learn(dict(lagged))
+    assert stats["ppo/behaviour_weight_mean"] == pytest.approx(1.0, abs=1e-4)
+    assert learner.filter_misses == misses
+
+
+def test_the_annealed_rate_reaches_its_floor_at_the_budget(pendulum):
+    from surreal_kube.rl.schedules import RunBudget
+
+    cfg = small(
+        lr_schedule={"kind": "budget", "finalFraction": 0.1},
+        clip_schedule={"kind": "budget", "finalFraction": 0.5},
+    )
+    learner = PPOLearner(cfg, pendulum.observation_space, pendulum.action_space, seed=0)
+    actor = PPOActor(cfg, pendulum.observation_space, pendulum.action_space, seed=0)
+    budget = RunBudget(max_env_steps=10_000, max_seconds=None)
+    lrs, clips = [], []
+    for steps in (0, 5_000, 10_000):
+        learner.budget_fraction = budget.fraction(steps)
+        adapted = learner.clip_epsilon
+        stats = learner.learn(stack_items(collect(actor, pendulum, 8)))
+        lrs.append(stats["ppo/lr_policy"])
+        clips.append(stats["ppo/clip_epsilon"] / adapted)
+    assert clips == pytest.approx([1.0, 0.75, 0.5])
+    assert lrs == pytest.approx([1e-4, 0.55e-4, 0.1e-4])
+    assert learner.opt_baseline.param_groups[0]["lr"] == pytest.approx(0.1 * cfg.lr_baseline)

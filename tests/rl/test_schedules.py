@@ -52,3 +52,18 @@ def test_from_config():
     lin = schedule_from_config(ScheduleConfig(kind="linear", final_fraction=0.1, horizon=10), 2.0)
     assert lin.value(0) == 2.0
     assert lin.value(10) == pytest.approx(0.2)
+
+
+def test_budget_schedule_reaches_its_floor_at_the_budget():
+    from surreal_kube.rl.schedules import RunBudget, scheduled_value
+
+    cfg = ScheduleConfig(kind="budget", final_fraction=0.1)
+    s = schedule_from_config(cfg, 3e-4)
+    now = [0.0]
+    budget = RunBudget(1000, 60.0, clock=lambda: now[0])
+    assert scheduled_value(cfg, s, 7, budget.fraction(0)) == pytest.approx(3e-4)
+    assert scheduled_value(cfg, s, 7, budget.fraction(500)) == pytest.approx(1.65e-4)
+    assert scheduled_value(cfg, s, 7, budget.fraction(1000)) == pytest.approx(3e-5)
+    now[0] = 60.0  # wall time spent first
+    assert scheduled_value(cfg, s, 7, budget.fraction(10)) == pytest.approx(3e-5)
+    assert RunBudget(None, None).fraction(10**9) is None
