@@ -244,9 +244,7 @@ class Conductor:
         if self.exp.spec.evals.count:
             with self._lock:
                 fresh = [
-                    p
-                    for _, p in self._since_budget
-                    if _param_version(p) >= self.wanted_version
+                    p for _, p in self._since_budget if _param_version(p) >= self.wanted_version
                 ]
             if fresh:
                 self.final = fresh[-1]
