@@ -32,7 +32,7 @@ COMPONENT_READS: dict[str, tuple[str, ...]] = {
     "learner": ("algorithm", "env", "replay", "session"),
     "agent": ("algorithm", "env", "agents", "ps", "replay", "session"),
     "eval": ("algorithm", "env", "agents", "evals", "ps", "session"),
-    "replay": ("algorithm", "replay", "session"),
+    "replay": ("algorithm", "env", "replay", "session"),
     "ps": ("ps", "session"),
     "tensorplex": (
         "agents.count",
