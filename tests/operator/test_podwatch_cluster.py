@@ -12,6 +12,7 @@ import pytest
 from surreal_kube.launch.kube import naming
 from surreal_kube.launch.kube.api import watch as kube_watch
 from surreal_kube.launch.kube.api.client import NODE, Kube, resource
+from surreal_kube.launch.kube.placement.pools import discover_pools
 from surreal_kube.operator import reconcile
 from surreal_kube.operator.nodecache import NodeCache
 from surreal_kube.operator.podwatch import PodWatcher, Watcher
@@ -100,7 +101,7 @@ def test_the_node_watch_keeps_the_pools_without_a_list_of_nodes(kube_cluster, ku
         counting = CountingKube(kubeconfig=kube_cluster.kubeconfig, namespace=kube_namespace)
         config = reconcile.Config(nodes=cache)
         pools = reconcile.profile(counting, config).pools  # type: ignore[union-attr]
-        assert pools == pools.discover_pools(kube).pools
+        assert pools == discover_pools(kube).pools
         assert not [p for p in counting.paths if p.endswith("/nodes")], counting.paths
 
         kube.create(

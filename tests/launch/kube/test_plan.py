@@ -27,7 +27,6 @@ from surreal_kube.errors import SpecError
 from surreal_kube.experiment import resolve
 from surreal_kube.experiment.resolve import resolve_experiment, to_document
 from surreal_kube.launch.kube import plan as kube_plan
-from surreal_kube.launch.kube.lifecycle import observing, waiting
 from surreal_kube.launch.kube.plan import make_plan, merge_profiles
 from surreal_kube.launch.kube.profile import load_profile, profile_from_dict
 from surreal_kube.launch.kube.render import objects as render
@@ -70,27 +69,38 @@ def cli(argv: list[str]) -> tuple[int, str, str]:
 
 @pytest.fixture
 def calls(monkeypatch: pytest.MonkeyPatch) -> Iterator[collections.Counter[str]]:
-    """Counts of the plan's stages: each spy calls the real function and counts the call."""
+    """Counts of the plan's stages: each spy calls the real function and counts the call.
+
+    A stage is spied on in every loaded `surreal_kube` module that holds it by name, so moving
+    a caller to a new module (or importing the function by name there) cannot hide a call."""
+    import sys
+
     from surreal_kube.cli import render_cmd
+    from surreal_kube.launch.kube.lifecycle import creating  # noqa: F401  (loaded: spied on)
 
     counts: collections.Counter[str] = collections.Counter()
 
-    def spy(module: Any, name: str) -> None:
-        real = getattr(module, name)
+    def spy(real: Any) -> None:
+        name = real.__name__
 
         def counted(*args: Any, **kwargs: Any) -> Any:
             counts[name] += 1
             return real(*args, **kwargs)
 
-        monkeypatch.setattr(module, name, counted)
+        holders = [
+            module
+            for key, module in list(sys.modules.items())
+            if key.startswith("surreal_kube") and getattr(module, name, None) is real
+        ]
+        assert holders, f"{name} is held by no surreal_kube module"
+        for module in holders:
+            monkeypatch.setattr(module, name, counted)
 
-    spy(render, "render_text")  # the rendering: render_experiment's one way in
+    spy(render.render_text)  # the rendering: render_experiment's one way in
     # the topology, wherever it is asked for (the spec's validation builds its own)
-    for module in (resolve, render, kube_plan, observing, waiting):
-        spy(module, "experiment_topology")
-    spy(render_cmd, "resolve_images")  # the CLI's image stage
-    spy(kube_plan, "make_plan")
-    spy(reconcile, "make_plan")
+    spy(resolve.experiment_topology)
+    spy(render_cmd.resolve_images)  # the CLI's image stage
+    spy(kube_plan.make_plan)
     yield counts
 
 
