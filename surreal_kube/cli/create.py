@@ -294,9 +294,9 @@ def run_local(
 
 def describe_plan(exp: Experiment, *, local: bool) -> str:
     """What `create` would start: the resolved spec, then one line per process."""
-    from surreal_kube.experiment.resolve import dump_yaml, experiment_topology
+    from surreal_kube.experiment.resolve import dump_yaml
 
-    topo = experiment_topology(exp)
+    topo = exp.topology
     backend = "local processes" if local else "Kubernetes"
     lines = [dump_yaml(exp).rstrip("\n"), "---", f"# would start on {backend}:"]
     for p in topo.processes:

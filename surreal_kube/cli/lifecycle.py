@@ -270,9 +270,8 @@ def _status_kube(name: str, where: kv.Target, output: str | None) -> None:
 
 def _did_you_mean(exc: SpecError, target: str, exp: Any) -> SpecError:
     """`no process 'lerner' ...` gains `did you mean 'learner'?` when one name is close."""
-    from surreal_kube.experiment.resolve import experiment_topology
 
-    topo = experiment_topology(exp)
+    topo = exp.topology
     role = target.partition("/")[0]
     choices = sorted(
         {p.name for p in topo.processes}

@@ -32,7 +32,6 @@ def topology(
       surreal-kube topology exp-ppo-ant -o yaml
       surreal-kube topology exp-ppo-ant -o name | grep agents
     """
-    from surreal_kube.experiment.resolve import experiment_topology
 
     exp = so.resolve_from_cli(
         name,
@@ -46,7 +45,7 @@ def topology(
         max_env_steps,
         max_time,
     )
-    topo = experiment_topology(exp)
+    topo = exp.topology
     if output == "name":
         names([p.name for p in topo.processes])
         return

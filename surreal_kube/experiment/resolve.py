@@ -23,7 +23,6 @@ from surreal_kube.experiment.algorithms import ALGORITHMS, DDPGConfig, PPOConfig
 from surreal_kube.experiment.names import validate_name
 from surreal_kube.experiment.spec import API_VERSION, KIND, Experiment, ExperimentSpec
 from surreal_kube.experiment.suggest import did_you_mean
-from surreal_kube.experiment.topology import Topology, build_topology
 
 # Per-algorithm defaults that differ from the field defaults (DESIGN.md section 6).
 _ALGORITHM_DEFAULTS: dict[str, dict[str, Any]] = {
@@ -342,14 +341,8 @@ def validate_document(doc: Mapping[str, Any]) -> Experiment:
         exp = Experiment.model_validate(doc)
     except ValidationError as exc:
         raise SpecError(format_validation_error(exc, doc)) from None
-    topo = build_topology(exp.metadata.name, exp.spec)
-    validate_name(exp.metadata.name, topo.derived_name_suffixes())
+    validate_name(exp.metadata.name, exp.topology.derived_name_suffixes())
     return exp
-
-
-def experiment_topology(exp: Experiment) -> Topology:
-    """The topology of a resolved experiment."""
-    return build_topology(exp.metadata.name, exp.spec)
 
 
 def dump_yaml(exp: Experiment) -> str:

@@ -6,12 +6,14 @@ exists in exactly one place and its description here is what `--help` and the CR
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Final, Literal, NamedTuple
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, PrivateAttr, field_validator, model_validator
 
 from surreal_kube.experiment.algorithms import AlgorithmConfig, PPOConfig
 from surreal_kube.experiment.quantity import CpuQuantity, MemoryQuantity
+from surreal_kube.experiment.topology import Topology, build_topology
 from surreal_kube.schema import SpecModel
 
 API_VERSION: Final = "surreal.ai/v1alpha1"
@@ -379,3 +381,29 @@ class Experiment(SpecModel):
     kind: Literal["Experiment"] = Field(KIND)
     metadata: Metadata
     spec: ExperimentSpec = Field(default_factory=ExperimentSpec)
+    _topology: tuple[ExperimentSpec, str, Topology] | None = PrivateAttr(None)
+
+    @property
+    def topology(self) -> Topology:
+        """The process graph, built once per experiment (validation builds it first).
+
+        Every layer below the resolve reads this; none rebuilds it. The models are frozen, so the
+        graph can only go stale through `model_copy(update=...)`, which shares the private cache:
+        the cache remembers which spec object and name it was built for and is rebuilt, once,
+        for a copy with another."""
+        cached = self._topology
+        if cached is not None and cached[0] is self.spec and cached[1] == self.metadata.name:
+            return cached[2]
+        topo = build_topology(self.metadata.name, self.spec)
+        self._topology = (self.spec, self.metadata.name, topo)
+        return topo
+
+    def with_images(self, images: Mapping[str, ImageSpec]) -> Experiment:
+        """A copy with these `spec.images` entries replaced (pinning a plan's references).
+
+        Images are not part of the process graph, so the copy keeps this topology; the entries
+        are models, already validated, so nothing else of the spec is checked again."""
+        spec = self.spec.model_copy(update={"images": {**self.spec.images, **images}})
+        copied = self.model_copy(update={"spec": spec})
+        copied._topology = (spec, self.metadata.name, self.topology)
+        return copied

@@ -14,10 +14,12 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from surreal_kube.errors import TopologyError
-from surreal_kube.experiment.spec import ExperimentSpec
+
+if TYPE_CHECKING:  # the spec module builds its experiment's topology with build_topology
+    from surreal_kube.experiment.spec import ExperimentSpec
 
 Scope = Literal["pod", "cluster"]
 Protocol = Literal["zmq", "http"]

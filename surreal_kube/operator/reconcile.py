@@ -26,7 +26,6 @@ from typing import Any
 
 from surreal_kube.errors import SpecError, SurrealKubeError
 from surreal_kube.experiment.progress import STATE_FINISHED
-from surreal_kube.experiment.resolve import experiment_topology
 from surreal_kube.experiment.spec import Experiment
 from surreal_kube.launch.kube import naming
 from surreal_kube.launch.kube.api import slim
@@ -145,11 +144,10 @@ def shape_of(obj: Mapping[str, Any]) -> Shape:
             _shapes.move_to_end(key)
             return shape
     exp = custom_resource.resolve_object(obj)
-    topo = experiment_topology(exp)
     shape = Shape(
-        desired=observing.desired_groups(exp, topo),
+        desired=observing.desired_groups(exp),
         agents_per_pod=exp.spec.agents.per_process,
-        gpus=observing.requested_gpus(exp, topo),
+        gpus=observing.requested_gpus(exp),
     )
     if meta.get("uid") and meta.get("generation"):
         with _shapes_guard:

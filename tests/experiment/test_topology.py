@@ -7,7 +7,7 @@ import re
 import pytest
 
 from surreal_kube.errors import TopologyError
-from surreal_kube.experiment.resolve import experiment_topology, resolve_experiment
+from surreal_kube.experiment.resolve import resolve_experiment
 from surreal_kube.experiment.topology import Address, check_ports, endpoint
 
 METRICS = ("tensorplex", "loggerplex")
@@ -20,7 +20,7 @@ def topo():
         flags={"agents.count": 8, "agents.batch": 4, "evals.count": 2},
         sets=["replay.shards=2", "ps.shards=2"],
     )
-    return experiment_topology(exp)
+    return exp.topology
 
 
 def test_processes_groups_and_roles(topo) -> None:
@@ -160,7 +160,7 @@ def test_a_port_used_twice_on_one_host_is_refused(topo) -> None:
 
 
 def test_no_evals_means_no_eval_group() -> None:
-    topo = experiment_topology(resolve_experiment("exp", flags={"evals.count": 0}))
+    topo = resolve_experiment("exp", flags={"evals.count": 0}).topology
     assert "evals" not in [g.name for g in topo.groups]
 
 
@@ -171,3 +171,25 @@ def test_shard_collectors_are_endpoints_of_their_own() -> None:
     for bad in ("replay-collector-", "replay-collector-01", "replay-collector-x", "nope"):
         with pytest.raises(KeyError):
             endpoint(bad)
+
+
+def test_a_resolved_experiment_carries_its_topology_built_once() -> None:
+    """`Experiment.topology` is the one graph every layer reads (validation built it); the spec
+    is frozen, so it cannot go stale in place; a copy with another spec gets its own."""
+    import pydantic
+
+    from surreal_kube.experiment.spec import ImageSpec
+
+    exp = resolve_experiment("exp-once", flags={"agents.count": 3})
+    assert exp.topology is exp.topology
+    with pytest.raises(pydantic.ValidationError, match="frozen"):
+        exp.spec.agents.count = 5  # type: ignore[misc]
+    agents = exp.spec.agents.model_copy(update={"count": 5})
+    more = exp.model_copy(update={"spec": exp.spec.model_copy(update={"agents": agents})})
+
+    assert exp.topology.group("agents").replicas == 3
+    assert more.topology.group("agents").replicas == 5
+    pinned = exp.with_images({"cpu": ImageSpec(image="registry.local/cpu@sha256:" + "a" * 64)})
+    assert pinned.topology is exp.topology  # images are not part of the graph
+    assert pinned.spec.images["cpu"].image.startswith("registry.local/")
+    assert exp.spec.images["cpu"].build is not None  # the original is untouched

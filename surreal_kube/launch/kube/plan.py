@@ -31,15 +31,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from surreal_kube.errors import SpecError
-from surreal_kube.experiment.resolve import experiment_topology, to_document, validate_document
-from surreal_kube.experiment.spec import Experiment
-from surreal_kube.experiment.topology import Topology
+from surreal_kube.experiment.spec import Experiment, ImageSpec
 from surreal_kube.launch.kube.images.planner import planned_references
 from surreal_kube.launch.kube.placement.place import Placement, place
 from surreal_kube.launch.kube.profile import ClusterProfile, profile_from_dict
 from surreal_kube.launch.kube.render.objects import (
     dump_objects,
-    image_key,
     render_experiment,
     used_image_keys,
 )
@@ -59,7 +56,6 @@ class Plan:
     namespace: str
     profile: ClusterProfile
     """The profile the objects were rendered with (pools as placement saw them)."""
-    topology: Topology
     placements: Mapping[str, Placement]
     """group -> pool, node selector and tolerations."""
     images: Mapping[str, str]
@@ -77,12 +73,6 @@ class Plan:
         """The objects as one deterministic YAML stream (what `render` prints)."""
 
         return dump_objects(self.objects, "yaml")
-
-
-def image_keys(exp: Experiment, topology: Topology) -> list[str]:
-    """The keys of `spec.images` the topology runs (no GPU: no CUDA image)."""
-
-    return sorted({image_key(exp, g.component) for g in topology.groups})
 
 
 def make_plan(
@@ -113,9 +103,8 @@ def make_plan(
     """
 
     prof = profile or ClusterProfile()
-    topology = experiment_topology(exp)
-    placements = place(exp, topology, prof)
-    keys = image_keys(exp, topology)
+    placements = place(exp, exp.topology, prof)
+    keys = used_image_keys(exp)
     chosen = dict(images(exp, keys) if callable(images) else (images or {}))
     missing = [k for k in keys if k not in chosen]
     if missing:
@@ -128,7 +117,6 @@ def make_plan(
             owner=owner,
             images=chosen,
             profile=prof,
-            topology=topology,
             placements=placements,
         )
         if render
@@ -138,7 +126,6 @@ def make_plan(
         exp=pinned,
         namespace=namespace,
         profile=prof,
-        topology=topology,
         placements=placements,
         images=chosen,
         objects=objects,
@@ -157,10 +144,7 @@ def pin_images(exp: Experiment, refs: Mapping[str, str]) -> Experiment:
     """
     if not refs:
         return exp
-    doc = to_document(exp)
-    for key, ref in refs.items():
-        doc["spec"]["images"][key] = {"image": ref, "build": None}
-    return validate_document(doc)
+    return exp.with_images({key: ImageSpec(image=ref) for key, ref in refs.items()})
 
 
 def used_image_refs(exp: Experiment) -> dict[str, str] | None:

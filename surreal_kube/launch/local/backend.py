@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from surreal_kube.errors import LaunchError, SpecError
-from surreal_kube.experiment.resolve import dump_yaml, experiment_topology, load_experiment_file
+from surreal_kube.experiment.resolve import dump_yaml, load_experiment_file
 from surreal_kube.experiment.spec import Experiment
 from surreal_kube.launch.local import orphans
 from surreal_kube.launch.local.folder import (
@@ -196,7 +196,7 @@ def prepare(
         preflight(exp)  # the experiment that will run (the saved one when resuming)
         if remove_old:  # only now: a refused create leaves the old experiment as it was
             shutil.rmtree(folder.path)
-        topo = experiment_topology(exp)
+        topo = exp.topology
         ports = allocate_ports(
             sorted(topo.binders), ports_in_use_by_experiments(folder.path.parent)
         )
@@ -344,7 +344,7 @@ def delete(
 def log_file(exp: LocalExperiment, target: str) -> Path:
     """The log of `ROLE`, `ROLE/INDEX` or a process name: loggerplex's file, else raw output."""
     state_procs = exp.state.get("processes") or {}
-    topo = experiment_topology(load_experiment_file(exp.folder.config))
+    topo = load_experiment_file(exp.folder.config).topology
     names = [p.name for p in topo.processes]
     role, _, index = target.partition("/")
     candidates = [target] if target in names else []

@@ -472,9 +472,8 @@ def supervise(
     SIGINT and SIGTERM request a clean stop; the processes are always stopped, even on errors.
     Everything the run writes is closed to other users (`private_files`).
     """
-    from surreal_kube.experiment.resolve import experiment_topology
 
-    sup = Supervisor(exp, experiment_topology(exp), folder, ports)
+    sup = Supervisor(exp, exp.topology, folder, ports)
     sup.elapsed_before = elapsed_before
     previous = {s: signal.signal(s, sup.request_stop) for s in (signal.SIGINT, signal.SIGTERM)}
     with private_files():

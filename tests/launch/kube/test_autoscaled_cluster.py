@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from surreal_kube.experiment.resolve import experiment_topology, resolve_experiment
+from surreal_kube.experiment.resolve import resolve_experiment
 from surreal_kube.launch.kube.placement import pools as kube_pools
 from surreal_kube.launch.kube.placement.place import place
 from surreal_kube.launch.kube.profile import profile_from_dict
@@ -47,6 +47,6 @@ def test_a_declared_pool_at_zero_joins_the_live_pools(
             "placement.agent=gpu-l4", "placement.learner=gpu-l4",
         ],
     )  # fmt: skip
-    out = place(exp, experiment_topology(exp), profile)
+    out = place(exp, exp.topology, profile)
     assert out["agents"].pool == "gpu-l4" and out["learner"].pool == "gpu-l4"
     assert out["replay"].pool == "cpu-pool"

@@ -5,13 +5,13 @@ from __future__ import annotations
 import pytest
 
 from surreal_kube.errors import SpecError
-from surreal_kube.experiment.resolve import experiment_topology, resolve_experiment
+from surreal_kube.experiment.resolve import resolve_experiment
 from surreal_kube.experiment.topology import Group, Process
 from surreal_kube.launch.kube.render.gpus import ContainerGPUs, container_gpus
 
 
 def group_of(name: str, sets: list[str]) -> Group:
-    return experiment_topology(resolve_experiment("exp-g", sets=sets)).group(name)
+    return resolve_experiment("exp-g", sets=sets).topology.group(name)
 
 
 def test_single_gpu_process_takes_the_whole_pod() -> None:

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from surreal_kube.errors import SpecError
-from surreal_kube.experiment.resolve import experiment_topology, resolve_experiment
+from surreal_kube.experiment.resolve import resolve_experiment
 from surreal_kube.launch.kube.placement.place import format_cpu, format_memory, place
 from surreal_kube.launch.kube.profile import (
     ClusterProfile,
@@ -39,7 +39,7 @@ def profile() -> ClusterProfile:
 
 def placed(sets: list[str], profile: ClusterProfile | None) -> dict:
     exp = resolve_experiment("exp-p", sets=sets)
-    return place(exp, experiment_topology(exp), profile)
+    return place(exp, exp.topology, profile)
 
 
 def test_gpu_components_go_to_gpu_pool_cpu_components_elsewhere(profile: ClusterProfile) -> None:

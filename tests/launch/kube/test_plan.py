@@ -24,7 +24,6 @@ import pytest
 import yaml
 
 from surreal_kube.errors import SpecError
-from surreal_kube.experiment import resolve
 from surreal_kube.experiment.resolve import resolve_experiment, to_document
 from surreal_kube.launch.kube import plan as kube_plan
 from surreal_kube.launch.kube.plan import make_plan, merge_profiles
@@ -97,8 +96,10 @@ def calls(monkeypatch: pytest.MonkeyPatch) -> Iterator[collections.Counter[str]]
             monkeypatch.setattr(module, name, counted)
 
     spy(render.render_text)  # the rendering: render_experiment's one way in
-    # the topology, wherever it is asked for (the spec's validation builds its own)
-    spy(resolve.experiment_topology)
+    # the topology: built once per resolved experiment (Experiment.topology), by validation
+    from surreal_kube.experiment import topology
+
+    spy(topology.build_topology)
     spy(render_cmd.resolve_images)  # the CLI's image stage
     spy(kube_plan.make_plan)
     yield counts
@@ -142,7 +143,7 @@ def test_a_dry_run_makes_one_plan_each_stage_once(
     assert next(d["kind"] for d in yaml.safe_load_all(out)) == "ConfigMap"
     assert calls == {
         "make_plan": 1,
-        "experiment_topology": 1,
+        "build_topology": 1,
         "resolve_images": 1,
         "render_text": 1,
     }
@@ -150,7 +151,7 @@ def test_a_dry_run_makes_one_plan_each_stage_once(
     code, again, err = cli(["render", *argv])
     assert code == 0, err
     assert again == out  # render and create --dry-run print the same plan
-    assert calls["render_text"] == 1 and calls["experiment_topology"] == 1
+    assert calls["render_text"] == 1 and calls["build_topology"] == 1
 
 
 def test_the_operators_reconcile_renders_once_from_the_same_plan(
@@ -172,7 +173,7 @@ def test_the_operators_reconcile_renders_once_from_the_same_plan(
     # an operator whose own profile differs: the object's profile wins, key by key
     config = reconcile.Config(profile=load_profile(operator_profile), read_nodes=False)
     ours = reconcile.plan_of(None, obj, config)
-    assert calls == {"make_plan": 1, "experiment_topology": 1, "render_text": 1}
+    assert calls == {"make_plan": 1, "build_topology": 1, "render_text": 1}
     for obj_ in ours.objects[1:]:
         (ref,) = obj_["metadata"]["ownerReferences"]
         assert ref["kind"] == "Experiment" and ref["uid"] == obj["metadata"]["uid"]
@@ -262,14 +263,14 @@ def test_a_create_through_the_operator_plans_once_here_and_renders_only_in_the_o
     assert "through the operator" in err
     # placed and its images chosen here (pre-flight), rendered only by the operator: a render
     # here was a quarter of a second at 10,000 agents before the Experiment left
-    assert calls == {"make_plan": 1, "experiment_topology": 1, "resolve_images": 1}
+    assert calls == {"make_plan": 1, "build_topology": 1, "resolve_images": 1}
     # the operator's reconcile of what the CLI applied: one plan, rendered once, with the
     # CLI's profile (its own says otherwise)
     calls.clear()
     obj = kube.get(EXPERIMENT, name)
     config = reconcile.Config(profile=load_profile(operator_profile))
     reconcile.apply_experiment(kube, obj, config)
-    assert calls == {"make_plan": 1, "experiment_topology": 1, "render_text": 1}
+    assert calls == {"make_plan": 1, "build_topology": 1, "render_text": 1}
     workloads = [
         o
         for kind in ("Deployment", "StatefulSet")
@@ -298,7 +299,7 @@ def test_a_direct_create_that_waits_for_running_plans_once(
     # waiting for Running follows the plan's topology: no second one
     assert calls == {
         "make_plan": 1,
-        "experiment_topology": 1,
+        "build_topology": 1,
         "resolve_images": 1,
         "render_text": 1,
     }

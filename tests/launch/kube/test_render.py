@@ -15,7 +15,6 @@ import pytest
 import yaml
 
 from surreal_kube.experiment.resolve import (
-    experiment_topology,
     resolve_experiment,
     validate_document,
 )
@@ -234,7 +233,7 @@ def test_retained_volume_is_never_owned() -> None:
 @pytest.mark.parametrize("case", sorted(MATRIX))
 def test_names_labels_and_derived_suffixes(case: str) -> None:
     exp = experiment(case)
-    topo = experiment_topology(exp)
+    topo = exp.topology
     suffixes = {s for s, _ in topo.derived_name_suffixes()}
     objects = render_experiment(exp, "rl", images=IMAGES)
     longest = max(len(s) for s in suffixes)
@@ -256,7 +255,8 @@ def test_names_labels_and_derived_suffixes(case: str) -> None:
 
 def test_user_labels_never_override_ours() -> None:
     exp = resolve_experiment("exp-l")
-    exp.metadata.labels = {"team": "rl", "app.kubernetes.io/name": "intruder"}
+    labels = {"team": "rl", "app.kubernetes.io/name": "intruder"}
+    exp = exp.model_copy(update={"metadata": exp.metadata.model_copy(update={"labels": labels})})
     objects = render_experiment(exp, "rl", images=IMAGES)
     for obj in objects:
         assert obj["metadata"]["labels"]["team"] == "rl"
@@ -267,7 +267,7 @@ def test_user_labels_never_override_ours() -> None:
 def test_every_connect_address_is_a_service_selecting_its_binder(case: str) -> None:
     """Pure half of the wiring check (the cluster test repeats it against EndpointSlices)."""
     exp = experiment(case)
-    topo = experiment_topology(exp)
+    topo = exp.topology
     objects = render_experiment(exp, "rl", images=IMAGES)
     services = {o["metadata"]["name"]: o for o in objects if o["kind"] == "Service"}
     pods = {w["metadata"]["name"]: w["spec"]["template"] for w in workloads(objects)}

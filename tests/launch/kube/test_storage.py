@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from surreal_kube.errors import SpecError
-from surreal_kube.experiment.resolve import experiment_topology, resolve_experiment
+from surreal_kube.experiment.resolve import resolve_experiment
 from surreal_kube.launch.kube import naming
 from surreal_kube.launch.kube.api.client import Kube, Resource, resource
 from surreal_kube.launch.kube.lifecycle.apply import create_objects
@@ -144,13 +144,13 @@ def kwok_profile(**volume: Any) -> ClusterProfile:
 
 def test_data_groups_follow_a_gpu_learner_and_tolerate_its_pool() -> None:
     exp = exp_of(sets=["resources.learner.gpu=1"])
-    out = place(exp, experiment_topology(exp), kwok_profile())
+    out = place(exp, exp.topology, kwok_profile())
     for group in DATA_GROUPS:
         assert out[group].pool == "gpu-pool", group
         assert {"key": "nvidia.com/gpu", "operator": "Equal", "value": "present",
                 "effect": "NoSchedule"} in out[group].tolerations  # fmt: skip
     assert {out[g].pool for g in OTHER_GROUPS} == {"cpu-pool"}
-    spread = place(exp, experiment_topology(exp), kwok_profile(accessMode="ReadWriteMany"))
+    spread = place(exp, exp.topology, kwok_profile(accessMode="ReadWriteMany"))
     assert spread["tensorboard"].pool == "cpu-pool" and not spread["tensorboard"].tolerations
 
 
@@ -158,7 +158,7 @@ def test_data_groups_that_cannot_share_one_node_are_refused() -> None:
     # 5 evals of 2 CPUs beside the learner: more than one 8-CPU node of cpu-pool
     exp = resolve_experiment("exp-st", sets=["evals.count=5", "resources.eval.cpu=2"])
     with pytest.raises(SpecError) as err:
-        place(exp, experiment_topology(exp), kwok_profile())
+        place(exp, exp.topology, kwok_profile())
     text = str(err.value)
     assert text.startswith(
         "cannot place learner with the pods that share its node (the experiment volume is "
@@ -168,13 +168,13 @@ def test_data_groups_that_cannot_share_one_node_are_refused() -> None:
         "nodes that large (gpu-pool)"
     ), text
     # spread over nodes, they fit
-    place(exp, experiment_topology(exp), kwok_profile(accessMode="ReadWriteMany"))
+    place(exp, exp.topology, kwok_profile(accessMode="ReadWriteMany"))
 
 
 def test_data_groups_named_on_different_pools_are_refused() -> None:
     exp = exp_of(sets=["placement.learner=gpu-pool", "placement.tensorboard=cpu-pool"])
     with pytest.raises(SpecError) as err:
-        place(exp, experiment_topology(exp), kwok_profile())
+        place(exp, exp.topology, kwok_profile())
     assert str(err.value).startswith(
         "spec.placement.learner='gpu-pool', spec.placement.tensorboard='cpu-pool': with a "
         "ReadWriteOnce experiment volume the learner, tensorplex, loggerplex, tensorboard and "

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from surreal_kube.experiment.resolve import experiment_topology, resolve_experiment
+from surreal_kube.experiment.resolve import resolve_experiment
 from surreal_kube.launch.local.backend import pack_agents, with_agent_batch
 
 
@@ -36,7 +36,7 @@ def test_an_unset_batch_is_packed_and_a_set_one_is_kept() -> None:
     assert unset.spec.agents.groups == 8  # on Kubernetes: one agent a pod
     packed = with_agent_batch(unset, cores=2)
     assert packed.spec.agents.batch == 4
-    agents = [p for p in experiment_topology(packed).processes if p.role == "agents"]
+    agents = [p for p in packed.topology.processes if p.role == "agents"]
     assert [p.agent_ids for p in agents] == [(0, 1, 2, 3), (4, 5, 6, 7)]
 
     explicit = resolve_experiment("exp", flags={"agents.count": 8, "agents.batch": 1})

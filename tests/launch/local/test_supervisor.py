@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 from typing import ClassVar
 
-from surreal_kube.experiment.resolve import experiment_topology, resolve_experiment
+from surreal_kube.experiment.resolve import resolve_experiment
 from surreal_kube.launch.local import supervisor as sv
 from surreal_kube.launch.local.backend import pid_alive
 from surreal_kube.launch.local.folder import ExperimentFolder, read_json, write_json_atomic
@@ -34,7 +34,7 @@ class ShellSupervisor(sv.Supervisor):
 
 def make(tmp_path: Path, sets: list[str], commands: dict[str, list[str]]) -> ShellSupervisor:
     exp = resolve_experiment("sup", sets=sets)
-    topo = experiment_topology(exp)
+    topo = exp.topology
     folder = ExperimentFolder(tmp_path / "sup")
     folder.create()
     ports = allocate_ports(sorted(topo.binders), set())
@@ -130,7 +130,7 @@ def test_a_full_disk_does_not_end_the_supervisor_and_the_state_is_written_again(
 
     with small_tmpfs(tmp_path / "fs", "1m") as fs:
         exp = resolve_experiment("sup", sets=[])
-        topo = experiment_topology(exp)
+        topo = exp.topology
         folder = ExperimentFolder(fs / "sup")
         folder.create()
         sup = ShellSupervisor(exp, topo, folder, allocate_ports(sorted(topo.binders), set()))

@@ -7,11 +7,7 @@ import datetime as dt
 from collections.abc import Mapping
 from typing import Any
 
-from surreal_kube.experiment.resolve import (
-    experiment_topology,
-)
 from surreal_kube.experiment.spec import Experiment
-from surreal_kube.experiment.topology import Topology
 from surreal_kube.launch.kube import naming
 from surreal_kube.launch.kube.api import slim
 from surreal_kube.launch.kube.api.client import (
@@ -30,14 +26,15 @@ from surreal_kube.launch.kube.status.summary import (
 )
 
 
-def desired_groups(exp: Experiment, topo: Topology | None = None) -> dict[str, int]:
-    """group -> pods wanted (topo: the plan's, when there is one)."""
-    return {g.name: g.replicas for g in (topo or experiment_topology(exp)).groups}
+def desired_groups(exp: Experiment) -> dict[str, int]:
+    """group -> pods wanted."""
+    return {g.name: g.replicas for g in exp.topology.groups}
 
 
-def requested_gpus(exp: Experiment, topo: Topology | None = None) -> int:
-    topo = topo or experiment_topology(exp)
-    return sum(g.replicas * exp.spec.component_resources(g.component).gpu for g in topo.groups)
+def requested_gpus(exp: Experiment) -> int:
+    """GPUs the whole experiment holds once every pod runs."""
+    groups = exp.topology.groups
+    return sum(g.replicas * exp.spec.component_resources(g.component).gpu for g in groups)
 
 
 def agent_selector(name: str) -> str:

@@ -18,7 +18,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from surreal_kube.errors import LaunchError, SpecError
-from surreal_kube.experiment.resolve import experiment_topology
 from surreal_kube.experiment.spec import Experiment
 from surreal_kube.experiment.topology import Process
 from surreal_kube.launch.kube import naming
@@ -37,7 +36,7 @@ class PodTarget:
 
 def resolve_process(exp: Experiment, target: str) -> Process:
     """The process `target` names (SpecError listing the valid ones otherwise)."""
-    topo = experiment_topology(exp)
+    topo = exp.topology
     names = [p.name for p in topo.processes]
     if target in names:
         return topo.process(target)
@@ -56,7 +55,7 @@ def resolve_process(exp: Experiment, target: str) -> Process:
 def find_pod(kube: Kube, exp: Experiment, namespace: str, target: str) -> PodTarget:
     """The live pod and container of `target` (LaunchError when it has no pod yet)."""
     process = resolve_process(exp, target)
-    topo = experiment_topology(exp)
+    topo = exp.topology
     group = topo.group_of(process)
     name = exp.metadata.name
     if group.replicated:

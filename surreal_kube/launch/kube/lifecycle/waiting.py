@@ -7,9 +7,6 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from surreal_kube.errors import LaunchError
-from surreal_kube.experiment.resolve import (
-    experiment_topology,
-)
 from surreal_kube.launch.kube import naming
 from surreal_kube.launch.kube.api.client import (
     EXPERIMENT,
@@ -71,8 +68,7 @@ def wait_running(
     exp, namespace = found_or_plan.exp, found_or_plan.namespace
     name = exp.metadata.name
     start = time.monotonic()
-    topo = found_or_plan.topology if isinstance(found_or_plan, Plan) else experiment_topology(exp)
-    desired, gpus = desired_groups(exp, topo), requested_gpus(exp, topo)
+    desired, gpus = desired_groups(exp), requested_gpus(exp)
 
     def summary(pods: list[dict[str, Any]], reported: Mapping[str, Any]) -> ExperimentStatus:
         return summarize(

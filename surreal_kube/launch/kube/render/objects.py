@@ -44,7 +44,7 @@ import yaml
 
 from surreal_kube.errors import LaunchError
 from surreal_kube.experiment.reads import config_digest
-from surreal_kube.experiment.resolve import dump_yaml, experiment_topology
+from surreal_kube.experiment.resolve import dump_yaml
 from surreal_kube.experiment.spec import Experiment
 from surreal_kube.experiment.topology import ENV_PREFIX, Group, Process, Topology
 from surreal_kube.experiment.topology import endpoint as endpoint_spec
@@ -163,7 +163,6 @@ def render_experiment(
     owner: Mapping[str, Any] | None = None,
     images: Mapping[str, str] | None = None,
     profile: ClusterProfile | None = None,
-    topology: Topology | None = None,
     placements: Mapping[str, Placement] | None = None,
 ) -> list[dict[str, Any]]:
     """Every object of the experiment as plain dicts, the root first (see ownership.py).
@@ -181,8 +180,9 @@ def render_experiment(
             fit), experiment volume, registry, pull secrets. None: nothing is checked and the
             defaults apply (a ReadWriteOnce PVC whose users share the learner's node, GPU pods
             tolerate the GPU taint).
-        topology, placements: already computed from this experiment and profile (`plan.py`
-            computes each once per create, dry-run or reconcile); None: computed here.
+        placements: already computed from this experiment and profile (`plan.py` computes
+            them once per create, dry-run or reconcile); None: computed here. The topology is
+            the experiment's own (`Experiment.topology`).
     """
     text = render_text(
         exp,
@@ -190,7 +190,6 @@ def render_experiment(
         owner=owner,
         images=images,
         profile=profile,
-        topology=topology,
         placements=placements,
     )
     return _load_all(text)
@@ -203,7 +202,6 @@ def render_text(
     owner: Mapping[str, Any] | None = None,
     images: Mapping[str, str] | None = None,
     profile: ClusterProfile | None = None,
-    topology: Topology | None = None,
     placements: Mapping[str, Placement] | None = None,
 ) -> str:
     """The templates' raw output (a multi-document YAML stream); see render_experiment."""
@@ -213,11 +211,11 @@ def render_text(
     if problem:
         raise LaunchError(f"invalid namespace {namespace!r}: a DNS label {problem}")
     profile = profile or ClusterProfile()
-    topo = topology if topology is not None else experiment_topology(exp)
+    topo = exp.topology
     if placements is None:
         placements = place(exp, topo, profile)
     refs = dict(images or {})
-    missing = sorted({image_key(exp, g.component) for g in topo.groups} - set(refs))
+    missing = sorted(set(used_image_keys(exp)) - set(refs))
     if missing:
         refs.update(_planned(exp, profile, missing))
     ctx = _Context(exp, topo, namespace, owner, refs, profile, placements)
@@ -281,8 +279,7 @@ def image_key(exp: Experiment, component: str) -> str:
 
 def used_image_keys(exp: Experiment) -> list[str]:
     """The keys of `spec.images` this experiment actually runs (no GPU: no CUDA image)."""
-    topo = experiment_topology(exp)
-    return sorted({image_key(exp, g.component) for g in topo.groups})
+    return sorted({image_key(exp, g.component) for g in exp.topology.groups})
 
 
 def _planned(exp: Experiment, profile: ClusterProfile, keys: list[str]) -> dict[str, str]:
