@@ -1,13 +1,15 @@
-"""Kubernetes resource quantities (`500m`, `2`, `512Mi`, `4G`) as numbers.
+"""Kubernetes resource quantities (`500m`, `2`, `512Mi`, `4G`) as numbers, and back to text.
 
-Placement compares what a component asks for with what a node pool offers, so both sides must be
-read the way the API server reads them.
+Placement compares what a component asks for with what a node pool offers, and status compares
+what a pod asks for with what a node has free, so every side must be read the way the API server
+reads them: this module is the only place that knows the suffixes.
 """
 
 from __future__ import annotations
 
 import re
 from decimal import Decimal, InvalidOperation
+from math import ceil
 from typing import Annotated, Any
 
 from pydantic import AfterValidator, BeforeValidator
@@ -63,6 +65,38 @@ def parse_memory(text: str | int | float) -> int:
     if str(text).strip()[-1:] == "m":
         raise ValueError(f"memory in millibytes makes no sense, got {text!r}; use Mi or Gi")
     return int(value)
+
+
+def parse_amount(text: str | int | float) -> float:
+    """Any quantity the cluster reports, as a float: cores for cpu, bytes for memory, a count.
+
+    What the cluster reports may be zero (a real kubelet's `hugepages-2Mi: "0"`, a container
+    requesting `cpu: "0"`): that is a quantity to count, not a spec to refuse, so it is read
+    with `parse_quantity` rather than the spec's positive-only parsers.
+    """
+    return float(parse_quantity(str(text)))
+
+
+def to_millicpu(text: str) -> int:
+    """`500m` -> 500, `2` -> 2000 (rounded up, as the API server rounds requests)."""
+    return ceil(round(parse_cpu(text) * 1000, 6))
+
+
+BINARY_UNITS = (("Ti", 2**40), ("Gi", 2**30), ("Mi", 2**20), ("Ki", 2**10))
+"""The binary suffixes, largest first: how sizes are written back (`4Gi`, `512Mi`)."""
+
+
+def format_cpu(millicpu: int) -> str:
+    """2000 -> `2`, 500 -> `500m`: the shortest exact Kubernetes quantity."""
+    return str(millicpu // 1000) if millicpu % 1000 == 0 else f"{millicpu}m"
+
+
+def format_memory(size: int) -> str:
+    """The shortest exact binary quantity: 4294967296 -> `4Gi`, 1000 -> `1000`."""
+    for suffix, factor in BINARY_UNITS:
+        if size % factor == 0:
+            return f"{size // factor}{suffix}"
+    return str(size)
 
 
 def _as_text(value: Any) -> Any:

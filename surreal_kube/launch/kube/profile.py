@@ -27,7 +27,12 @@ from typing import Any, Literal
 from pydantic import Field, ValidationError, field_validator, model_validator
 
 from surreal_kube.errors import SpecError
-from surreal_kube.experiment.quantity import CpuQuantity, MemoryQuantity, parse_cpu, parse_memory
+from surreal_kube.experiment.quantity import (
+    CpuQuantity,
+    MemoryQuantity,
+    parse_memory,
+    to_millicpu,
+)
 from surreal_kube.schema import SpecModel
 
 GPU_RESOURCE = "nvidia.com/gpu"
@@ -127,13 +132,6 @@ def merge_pools(live: Iterable[NodePool], declared: Iterable[NodePool]) -> list[
         there = now.get(pool.name)
         out[pool.name] = pool.model_copy(update={"count": there.count}) if there else pool
     return [out[name] for name in sorted(out)]
-
-
-def to_millicpu(text: str) -> int:
-    """`500m` -> 500, `2` -> 2000 (rounded up, as the API server rounds requests)."""
-    from math import ceil
-
-    return ceil(round(parse_cpu(text) * 1000, 6))
 
 
 DATA_COMPONENTS = ("learner", "tensorplex", "loggerplex", "tensorboard", "eval")

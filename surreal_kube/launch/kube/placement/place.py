@@ -30,20 +30,23 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from surreal_kube.errors import SpecError
-from surreal_kube.experiment.quantity import parse_memory
+from surreal_kube.experiment.quantity import format_cpu, format_memory, parse_memory, to_millicpu
 from surreal_kube.experiment.spec import Experiment
 from surreal_kube.experiment.topology import Group, Topology
+from surreal_kube.launch.kube.placement import fit
 from surreal_kube.launch.kube.profile import (
     DATA_COMPONENTS,
     DEFAULT_POOL_LABEL,
     GPU_RESOURCE,
     ClusterProfile,
     NodePool,
-    to_millicpu,
 )
 
 GPU_TOLERATION = {"key": GPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"}
 """Without a profile, GPU pods tolerate the usual GPU taint (GKE adds the same automatically)."""
+_GPU_TAINTS_TAKEN = ({"key": GPU_RESOURCE, "operator": "Exists"},)
+"""What a GPU pod takes in stride when placed by fit: a GPU taint of any effect; every other
+taint, of any effect, makes a pool one to name in the spec rather than one to pick."""
 
 
 @dataclass(frozen=True)
@@ -59,6 +62,10 @@ class PodShape:
         text = f"cpu {format_cpu(self.millicpu)}, memory {format_memory(self.memory)}"
         return text + (f", {GPU_RESOURCE} {self.gpus}" if self.gpus else "")
 
+    def requests(self) -> dict[str, float]:
+        """resource -> amount, in the units of `_node_room` (millicores, bytes, GPUs)."""
+        return {"cpu": self.millicpu, "memory": self.memory, GPU_RESOURCE: self.gpus}
+
 
 @dataclass(frozen=True)
 class Placement:
@@ -69,19 +76,6 @@ class Placement:
     """The chosen pool, None when rendering without a profile and without an explicit pool."""
     node_selector: dict[str, str] = field(default_factory=dict)
     tolerations: tuple[dict[str, str], ...] = ()
-
-
-def format_cpu(millicpu: int) -> str:
-    """2000 -> `2`, 500 -> `500m`: the shortest exact Kubernetes quantity."""
-    return str(millicpu // 1000) if millicpu % 1000 == 0 else f"{millicpu}m"
-
-
-def format_memory(size: int) -> str:
-    """The shortest exact binary quantity: 4294967296 -> `4Gi`, 1000 -> `1000`."""
-    for suffix, factor in (("Ti", 2**40), ("Gi", 2**30), ("Mi", 2**20), ("Ki", 2**10)):
-        if size % factor == 0:
-            return f"{size // factor}{suffix}"
-    return str(size)
 
 
 def pod_shape(exp: Experiment, component: str) -> PodShape:
@@ -257,13 +251,13 @@ def _left_note(packer: _Packer, pool: NodePool) -> str:
     return f" (already placed there: {', '.join(used)})" if used else ""
 
 
+def _node_room(pool: NodePool) -> dict[str, float]:
+    """What one node of the pool offers, in the units of `PodShape.requests`."""
+    return {"cpu": pool.millicpu, "memory": pool.memory_bytes, GPU_RESOURCE: pool.gpus}
+
+
 def _fits_node(pool: NodePool, shape: PodShape) -> bool:
-    return (
-        shape.millicpu <= pool.millicpu
-        and shape.memory <= pool.memory_bytes
-        and shape.gpus <= pool.gpus
-        and pool.capacity_count > 0
-    )
+    return pool.capacity_count > 0 and fit.fits(shape.requests(), _node_room(pool))
 
 
 def _candidates(profile: ClusterProfile, shape: PodShape) -> list[NodePool]:
@@ -272,8 +266,9 @@ def _candidates(profile: ClusterProfile, shape: PodShape) -> list[NodePool]:
     for pool in profile.pools:
         if not _fits_node(pool, shape):
             continue
-        foreign = [t for t in pool.node_taints if not (shape.gpus and t.key == GPU_RESOURCE)]
-        if foreign:
+        taken = _GPU_TAINTS_TAKEN if shape.gpus else ()
+        taints = [t.model_dump() for t in pool.node_taints]
+        if not fit.tolerates(taken, taints, effects=None):
             continue  # a tainted pool is only used when the spec names it
         out.append(pool)
     return sorted(
