@@ -245,3 +245,40 @@ def test_every_value_is_documented() -> None:
     assert set(values) == set(schema["properties"])
     for key in keys:
         assert re.fullmatch(r"[a-z][A-Za-z0-9.]*", key), f"{key}: values are lowerCamelCase"
+
+
+# The Kubernetes release from which CRD validation rules may call each CEL function library
+# this CRD uses (https://kubernetes.io/docs/reference/using-api/cel/, "Kubernetes quantity
+# library": usable in CRD rules from 1.29). A rule that calls a later function must raise this
+# table and the chart's kubeVersion together.
+CEL_FUNCTION_SINCE = {"isQuantity(": (1, 29), "quantity(": (1, 29), "isGreaterThan(": (1, 29)}
+
+
+def test_the_charts_kubeversion_is_the_crds_cel_floor() -> None:
+    """A 1.28 cluster accepts the chart (kubeVersion) and then refuses its CRD, whose rules call
+    the quantity library: the chart's floor must be the newest library the rules use."""
+    chart = yaml.safe_load((CHART / "Chart.yaml").read_text())
+    floor = re.fullmatch(r">=(\d+)\.(\d+)\.0-0", chart["kubeVersion"])
+    assert floor, chart["kubeVersion"]
+    rules = [
+        v["rule"]
+        for doc in yaml.safe_load_all((CHART / "crds" / "experiments.surreal.ai.yaml").read_text())
+        for v in _validations(doc)
+    ]
+    assert rules, "the CRD has validation rules"
+    needed = max(
+        (since for rule in rules for fn, since in CEL_FUNCTION_SINCE.items() if fn in rule),
+        default=(1, 0),
+    )
+    assert (int(floor[1]), int(floor[2])) == needed
+
+
+def _validations(node: object) -> list[dict[str, str]]:
+    if isinstance(node, dict):
+        found = list(node.get("x-kubernetes-validations", []))
+        for value in node.values():
+            found += _validations(value)
+        return found
+    if isinstance(node, list):
+        return [v for item in node for v in _validations(item)]
+    return []
