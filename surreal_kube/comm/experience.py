@@ -270,7 +270,10 @@ class ExperienceReceiver:
     ) -> None:
         # a larger frame disconnects its sender before it is buffered (sockets.make_socket)
         self.sock = make_socket(
-            zmq.PULL, rcvhwm=hwm, max_msg_bytes=max(max_bytes, wire.MAX_HEADER_BYTES)
+            zmq.PULL,
+            rcvhwm=hwm,
+            max_msg_bytes=max(max_bytes, wire.MAX_HEADER_BYTES),
+            curve_server=True,  # bound below
         )
         self.sock.setsockopt(zmq.RCVBUF, buffer_bytes)
         try:

@@ -7,6 +7,9 @@ a 1 GiB message would otherwise be held whole in a pod limited to 1.5 GiB) and, 
 `IMMEDIATE` (messages are not
 queued for peers that are not connected, so a dead peer shows up as a send timeout rather than a
 silently growing queue). Sockets are not thread-safe: each is used by the thread that made it.
+
+Once a role installed its experiment's keys (`comm.curve.install`), every socket made here is a
+CURVE socket: a server when it binds, a client when it connects (see `comm.curve`).
 """
 
 from __future__ import annotations
@@ -15,6 +18,8 @@ import random
 from typing import Any
 
 import zmq
+
+from surreal_kube.comm import curve
 
 DEFAULT_LINGER_MS = 0
 RECONNECT_JITTER_MS = 25
@@ -40,6 +45,7 @@ def make_socket(
     reconnect_max_ms: int = 1000,
     max_msg_bytes: int | None = None,
     ctx: zmq.Context[zmq.Socket[bytes]] | None = None,
+    curve_server: bool | None = None,
 ) -> zmq.Socket[bytes]:
     """A socket with our defaults, bound or connected to one address.
 
@@ -50,8 +56,12 @@ def make_socket(
     peer that stays away (thousands of agents retrying a restarting service must not flood it).
     The first interval is drawn per socket within RECONNECT_JITTER_MS of 100 ms: libzmq 4.3.5
     retries every socket at exactly 100, 200, 400, 800 ms..., so peers that lost a service
-    together would otherwise knock again in lockstep."""
-    sock: zmq.Socket[bytes] = (ctx or context()).socket(kind)
+    together would otherwise knock again in lockstep.
+
+    `curve_server`: whether this socket is the CURVE server of its connections (default: when
+    it binds here); give True for a socket bound later. Only used once keys are installed."""
+    the_ctx = ctx or context()
+    sock: zmq.Socket[bytes] = the_ctx.socket(kind)
     sock.setsockopt(zmq.LINGER, linger_ms)
     sock.setsockopt(zmq.SNDHWM, sndhwm)
     sock.setsockopt(zmq.RCVHWM, rcvhwm)
@@ -64,12 +74,15 @@ def make_socket(
     if max_msg_bytes is not None:
         if max_msg_bytes < 1:
             raise ValueError(f"max_msg_bytes must be >= 1, got {max_msg_bytes}")
-        sock.setsockopt(zmq.MAXMSGSIZE, max_msg_bytes)
+        sock.setsockopt(zmq.MAXMSGSIZE, curve.max_msg_bytes(max_msg_bytes))
     sock.setsockopt(
         zmq.RECONNECT_IVL, 100 + random.randint(-RECONNECT_JITTER_MS, RECONNECT_JITTER_MS)
     )
     sock.setsockopt(zmq.RECONNECT_IVL_MAX, max(reconnect_max_ms, 100))
     try:
+        curve.configure(
+            sock, server=bind is not None if curve_server is None else curve_server, ctx=the_ctx
+        )
         if bind is not None:
             sock.bind(bind)
         if connect is not None:

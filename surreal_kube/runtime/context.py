@@ -12,6 +12,10 @@
     SURREAL_EXPERIMENT_DIR   folder holding logs/, tensorboard/, checkpoints/, status/
     SURREAL_<ENDPOINT>_BIND  for each endpoint this process binds (e.g. SURREAL_PS_SERVE_BIND)
     SURREAL_<ENDPOINT>_ADDR  for each endpoint it connects to
+    SURREAL_CURVE_KEYS       path of the experiment's CURVE key file (a Secret's mount on
+                             Kubernetes); if absent, `<SURREAL_EXPERIMENT_DIR>/curve.key` when
+                             that exists (the local backend writes it). The path only: keys are
+                             never passed in the environment (see `comm.curve`)
 
 A missing variable is a `RuntimeRoleError` that names it, raised at start, not a KeyError later.
 """
@@ -25,6 +29,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 
+from surreal_kube.comm import curve
 from surreal_kube.errors import RuntimeRoleError
 from surreal_kube.experiment.spec import Experiment, ExperimentSpec
 
@@ -197,6 +202,31 @@ class RoleContext:
             aid: env_step_share(spec.session.max_env_steps, spec.agents.count, aid)
             for aid in self.agent_ids
         }
+
+    @property
+    def curve_key_file(self) -> tuple[Path, bool] | None:
+        """The experiment's key file and whether it must be private to its owner (the local
+        folder's file; a Secret's mount is the pod's alone), or None: no keys, plain sockets.
+
+        A path named by SURREAL_CURVE_KEYS must exist: a pod that was meant to have keys and
+        lacks them fails at start rather than serving every peer."""
+        named = self.env.get(curve.KEYS_PATH_VAR)
+        if named:
+            return Path(named), False
+        local = self.experiment_dir / curve.KEY_FILE
+        return (local, True) if local.exists() else None
+
+    def install_curve(self) -> curve.CurveKeys | None:
+        """Load the experiment's keys and make every socket of this process a CURVE socket with
+        them (`comm.curve`); call before the first socket. None: no key file, plain sockets."""
+        found = self.curve_key_file
+        try:
+            if found is None:
+                return curve.install_from(None)
+            path, private = found
+            return curve.install_from(path, private=private)
+        except curve.CurveKeyError as exc:
+            raise RuntimeRoleError(f"{self.process}: {exc}") from exc
 
     def folder(self, name: str) -> Path:
         """A sub-folder of the experiment folder, created: logs, tensorboard, checkpoints..."""

@@ -119,6 +119,7 @@ def main(argv: list[str] | None = None) -> int:
     clear_heartbeat()  # a beat left by the previous container must not vouch for this one
     try:
         ctx = RoleContext.from_env(role=args.role, index=args.id)
+        ctx.install_curve()  # before the first socket (the log forwarder's, next line)
     except SurrealKubeError as exc:
         print(f"surreal-kube-role: {exc}", file=sys.stderr)
         return 2

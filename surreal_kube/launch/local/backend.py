@@ -30,6 +30,7 @@ from surreal_kube.launch.local.folder import (
     read_json,
     write_json_atomic,
 )
+from surreal_kube.launch.local.keys import write_keys
 from surreal_kube.launch.local.ports import (
     allocate_ports,
     port_is_free,
@@ -203,6 +204,7 @@ def prepare(
         with private_files():  # the folder 0700, its files 0600 (folder.PRIVATE_UMASK)
             folder.create()
             folder.config.write_text(dump_yaml(exp))
+            write_keys(folder.path)  # the roles' CURVE keypair, 0600 (launch.local.keys)
             if restore_from is not None:
                 target = folder.checkpoints / Path(restore_from).name
                 if Path(restore_from).resolve() != target.resolve():

@@ -1,0 +1,218 @@
+"""Peers that prove who they are: ZeroMQ CURVE with one keypair per experiment.
+
+Without it, any process that can reach an endpoint (every user of the machine locally, every pod
+of the cluster) can end a run, serve forged parameters or inject experience with one message.
+With it, every socket of a role is a CURVE socket: the side that binds is a CURVE server, the
+side that connects a CURVE client, and a peer that cannot prove it holds the experiment's secret
+key is refused during the handshake, before any message of it reaches our code.
+
+The keys. One keypair per experiment, shared by all of its processes: every server uses it as
+its own, every client presents it and expects it from the server. Per-process keypairs would
+add nothing against the threat we face (a peer from *outside* the experiment): the processes of
+one experiment trust each other anyway, and each would need the others' public keys, i.e. one
+more file to distribute per pod. A stolen secret key is a stolen experiment either way.
+
+The allowlist. CURVE alone authenticates the *server* to the client; a CURVE server accepts any
+client that knows the server's public key, with a keypair of its own. So each server socket
+also consults a ZAP handler (one per ZeroMQ context, `zmq.auth.thread.ThreadAuthenticator`)
+that accepts exactly the experiment's public key as a client key: a stranger must hold the
+secret key itself, not merely know the public one. The handler runs once per connection
+handshake, never per message, so it costs nothing on the data path.
+
+Where keys come from: a file (JSON `{"public": z85, "secret": z85}`), written 0600 into the
+experiment's 0700 folder by the local backend (`launch/local/keys.py`) or mounted read-only from
+a Secret on Kubernetes. Never from an environment variable or a URL (both leak into process
+listings, `kubectl describe` and logs), and never logged: `CurveKeys` hides its secret in its
+repr. A process that installed no keys (`install(None)`, the default) makes plain sockets, as
+before: tests and tools that talk to no experiment need no keys.
+
+MAXMSGSIZE: libzmq checks it against the encrypted frame, 33 bytes longer than the plain one
+(`FRAME_OVERHEAD`), so `max_msg_bytes` adds them: a role accepts encrypted exactly what it
+accepted in plain text.
+
+Cost: CURVE encrypts every frame (XSalsa20-Poly1305 in libzmq); `bench/comm.py` measures the
+experience path and the 1 MB parameter broadcast with and without it in the same run.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import tempfile
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import zmq
+import zmq.auth.thread
+
+KEY_FILE = "curve.key"
+"""The key file's name in an experiment folder (locally) or in the Secret's mount (Kubernetes)."""
+KEYS_PATH_VAR = "SURREAL_CURVE_KEYS"
+"""Environment variable with the key file's *path* (never the key): set in Kubernetes pods."""
+ZAP_DOMAIN = b"surreal"
+FRAME_OVERHEAD = 33
+"""Bytes a CURVE MESSAGE command adds to a frame (name 8, nonce 8, MAC 16, flags 1: libzmq 4.3)."""
+
+_log = logging.getLogger(__name__)
+
+
+class CurveKeyError(ValueError):
+    """A key file that is missing, malformed, readable by others, or whose halves do not match."""
+
+
+@dataclass(frozen=True)
+class CurveKeys:
+    """An experiment's keypair, Z85-encoded (40 bytes each, as libzmq takes them)."""
+
+    public: bytes
+    secret: bytes = field(repr=False)
+
+    def __post_init__(self) -> None:
+        for name, key in (("public", self.public), ("secret", self.secret)):
+            if not isinstance(key, bytes) or len(key) != 40:
+                raise CurveKeyError(f"the {name} key must be 40 Z85 bytes")
+        try:
+            derived = zmq.curve_public(self.secret)
+        except (ValueError, zmq.ZMQError) as exc:
+            raise CurveKeyError("the secret key is not valid Z85") from exc
+        if derived != self.public:
+            raise CurveKeyError("the public key does not belong to the secret key")
+
+
+def generate() -> CurveKeys:
+    """A fresh keypair (libzmq's CSPRNG)."""
+    public, secret = zmq.curve_keypair()
+    return CurveKeys(public, secret)
+
+
+def dumps(keys: CurveKeys) -> str:
+    """The key file's content."""
+    return json.dumps({"public": keys.public.decode(), "secret": keys.secret.decode()}) + "\n"
+
+
+def write_key_file(path: Path, keys: CurveKeys) -> None:
+    """Write `keys` to `path`, mode 0600 from the first byte on (created by mkstemp, which opens
+    0600 whatever the umask), replacing any earlier file atomically."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(dumps(keys))
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, 0o600)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def load_key_file(path: str | Path, *, private: bool = True) -> CurveKeys:
+    """The keys in `path`. With `private` (the local backend's files), a file that other users
+    may read is refused: its secret is no longer the experiment's alone. (A Kubernetes Secret
+    mount is 0440/0444 by kubelet convention inside a pod nobody else enters: not checked.)"""
+    p = Path(path)
+    try:
+        mode = p.stat().st_mode
+        doc = json.loads(p.read_text())
+    except FileNotFoundError as exc:
+        raise CurveKeyError(f"key file {p} does not exist") from exc
+    except (OSError, ValueError) as exc:
+        raise CurveKeyError(f"key file {p} cannot be read as JSON: {type(exc).__name__}") from exc
+    if private and mode & 0o077:
+        raise CurveKeyError(f"key file {p} is open to other users (chmod 600 it)")
+    if not isinstance(doc, dict) or not all(
+        isinstance(doc.get(k), str) for k in ("public", "secret")
+    ):
+        raise CurveKeyError(f"key file {p} must hold 'public' and 'secret' strings")
+    try:
+        return CurveKeys(doc["public"].encode("ascii"), doc["secret"].encode("ascii"))
+    except (UnicodeEncodeError, CurveKeyError) as exc:
+        raise CurveKeyError(f"key file {p}: {exc}") from None
+
+
+_installed: CurveKeys | None = None
+_lock = threading.Lock()
+_authenticators: dict[tuple[int, int], tuple[Any, zmq.auth.thread.ThreadAuthenticator]] = {}
+"""(pid, id(context)) -> (context, its ZAP handler): one per context, started with the first
+server socket; keyed by pid too because a forked child inherits the dict but not the thread."""
+
+
+def install(keys: CurveKeys | None) -> None:
+    """Make every socket `comm.sockets.make_socket` creates from now on in this process a CURVE
+    socket with `keys` (None: plain sockets). A role calls it once at start, before any socket."""
+    global _installed
+    with _lock:
+        _installed = keys
+        for _, auth in _authenticators.values():
+            _allow(auth, keys)
+
+
+def installed() -> CurveKeys | None:
+    """The keys sockets are made with (None: plain sockets)."""
+    return _installed
+
+
+class _OneKey:
+    """ZAP credentials: exactly the experiment's public key may connect as a client."""
+
+    def __init__(self, public: bytes) -> None:
+        self._public = public
+
+    def callback(self, domain: str, key: bytes) -> bool:
+        return key == self._public
+
+
+def _allow(auth: zmq.auth.thread.ThreadAuthenticator, keys: CurveKeys | None) -> None:
+    if keys is not None:
+        auth.configure_curve_callback(
+            ZAP_DOMAIN.decode(), credentials_provider=_OneKey(keys.public)
+        )
+
+
+def _ensure_authenticator(ctx: zmq.Context[Any], keys: CurveKeys) -> None:
+    key = (os.getpid(), id(ctx))
+    with _lock:
+        found = _authenticators.get(key)
+        if found is not None and found[0] is ctx:
+            return
+        zap_log = logging.getLogger(__name__ + ".zap")
+        zap_log.setLevel(logging.WARNING)  # pyzmq logs every client key at DEBUG
+        auth = zmq.auth.thread.ThreadAuthenticator(ctx, log=zap_log)
+        auth.start()
+        _allow(auth, keys)
+        _authenticators[key] = (ctx, auth)
+
+
+def configure(sock: zmq.Socket[Any], *, server: bool, ctx: zmq.Context[Any]) -> None:
+    """Make `sock` (not yet bound or connected) a CURVE server or client with the installed
+    keys; nothing when none are installed."""
+    keys = _installed
+    if keys is None:
+        return
+    if server:
+        _ensure_authenticator(ctx, keys)
+        sock.setsockopt(zmq.ZAP_DOMAIN, ZAP_DOMAIN)
+        sock.setsockopt(zmq.CURVE_SECRETKEY, keys.secret)
+        sock.setsockopt(zmq.CURVE_PUBLICKEY, keys.public)
+        sock.setsockopt(zmq.CURVE_SERVER, 1)
+    else:
+        sock.setsockopt(zmq.CURVE_SERVERKEY, keys.public)
+        sock.setsockopt(zmq.CURVE_PUBLICKEY, keys.public)
+        sock.setsockopt(zmq.CURVE_SECRETKEY, keys.secret)
+
+
+def max_msg_bytes(limit: int) -> int:
+    """`limit` as ZeroMQ must be told it: with keys installed, plus the encryption overhead."""
+    return limit + FRAME_OVERHEAD if _installed is not None else limit
+
+
+def install_from(path: str | Path | None, *, private: bool = True) -> CurveKeys | None:
+    """Load the key file at `path` and install it (None: install nothing, plain sockets)."""
+    keys = None if path is None else load_key_file(path, private=private)
+    install(keys)
+    if keys is None:
+        _log.info("no CURVE key file: this process's sockets accept any peer")
+    return keys
