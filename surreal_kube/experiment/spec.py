@@ -326,6 +326,13 @@ class ExperimentSpec(SpecModel):
         for name in ("cpu", "gpu"):
             if name not in self.images:
                 raise ValueError(f"images.{name}: is required")
+        gpus = self.component_resources("learner").gpu
+        if gpus and self.session.learner_device == "cpu":
+            raise ValueError(
+                f"session.learnerDevice: 'cpu' beside resources.learner.gpu={gpus}: the pod "
+                "would hold a GPU it never uses; valid: 'cuda' or 'auto' (both compute on it), "
+                "or resources.learner.gpu=0"
+            )
         return self
 
     def rate_limit(self) -> RateLimit:

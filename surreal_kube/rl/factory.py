@@ -14,7 +14,7 @@ import gymnasium as gym
 import torch
 
 from surreal_kube.experiment.algorithms import DDPGConfig, PPOConfig
-from surreal_kube.rl.device import resolve_device
+from surreal_kube.rl.device import learner_device_preference, resolve_device
 from surreal_kube.rl.interfaces import Actor, Learner, ReplayBuffer
 from surreal_kube.rl.replay import FIFOReplay, PrioritizedReplay, UniformReplay
 from surreal_kube.rl.seeding import slot_seeds
@@ -86,8 +86,11 @@ def make_learner(
     action_space: gym.Space[Any],
     device: str | torch.device | None = None,
 ) -> Learner:
-    """The learner; device: `spec.session.learner_device` (auto: CUDA if present) unless given."""
-    dev = resolve_device(device if device is not None else spec.session.learner_device)
+    """The learner; device: `spec.session.learner_device` (auto: CUDA if present; CUDA, and an
+    error without it, when the learner holds a GPU) unless given."""
+    gpus = spec.component_resources("learner").gpu
+    preference = learner_device_preference(spec.session.learner_device, gpus)
+    dev = resolve_device(device if device is not None else preference)
     algo = spec.algorithm
     if isinstance(algo, PPOConfig):
         from surreal_kube.rl.ppo import PPOLearner

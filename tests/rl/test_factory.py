@@ -78,6 +78,42 @@ def test_cuda_without_gpu_is_a_clear_error():
         resolve_device("cuda")
 
 
+@pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without CUDA")
+def test_a_learner_holding_a_gpu_without_cuda_fails_naming_node_and_driver(
+    monkeypatch: pytest.MonkeyPatch, tmp_path
+):
+    """`learnerDevice: auto` beside `resources.learner.gpu: 1` used to fall back to the CPU
+    without a word; a learner that holds a GPU now computes on it or fails at start."""
+    from surreal_kube.rl import device
+
+    spec = ExperimentSpec.model_validate({"resources": {"learner": {"gpu": 1}}})
+    monkeypatch.setenv("SURREAL_NODE_NAME", "gpu-node-7")
+    monkeypatch.setattr(device, "NVIDIA_DRIVER_VERSION", tmp_path / "absent")
+    with pytest.raises(SpecError) as err:
+        make_learner(spec, OBS, ACT)
+    message = str(err.value)
+    assert "node gpu-node-7: no NVIDIA driver loaded" in message
+    if torch.version.cuda:  # the runtime torch brings and the driver it needs
+        major = int(torch.version.cuda.split(".")[0])
+        assert f"runs CUDA {torch.version.cuda}, which needs driver >= " in message
+        assert device.CUDA_MIN_DRIVER[major] in message
+    # a loaded driver too old (or a container without the device) is named as it is
+    version = tmp_path / "version"
+    version.write_text("NVRM version: NVIDIA UNIX x86_64 Kernel Module  535.104.05  Sat Aug 19\n")
+    monkeypatch.setattr(device, "NVIDIA_DRIVER_VERSION", version)
+    with pytest.raises(SpecError, match="driver: NVRM version: NVIDIA UNIX x86_64 Kernel Module"):
+        make_learner(spec, OBS, ACT)
+    # without a GPU request, auto still means "CUDA when present"
+    assert make_learner(ExperimentSpec(), OBS, ACT).device.type == "cpu"
+
+
+def test_a_cpu_learner_beside_a_gpu_request_is_refused():
+    with pytest.raises(ValueError, match=r"learnerDevice: 'cpu' beside resources.learner.gpu=1"):
+        ExperimentSpec.model_validate(
+            {"resources": {"learner": {"gpu": 1}}, "session": {"learnerDevice": "cpu"}}
+        )
+
+
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 def test_cuda_learner_and_actor_when_present():
     spec = ExperimentSpec.model_validate({"agents": {"device": "cuda"}})

@@ -533,3 +533,17 @@ def test_the_autoscaler_may_not_evict_the_learner_or_replay() -> None:
         == "false"
     }
     assert pinned == {"exp-matrix-learner", "exp-matrix-replay"}
+
+
+def test_a_gpu_container_knows_its_node_for_the_no_cuda_error() -> None:
+    """The learner that holds a GPU and finds no CUDA names the node in its last log line (the
+    status shows it); only containers holding a GPU get the variable."""
+    exp = resolve_experiment("exp-gpu", sets=["resources.learner.gpu=1"])
+    env_of: dict[str, list[dict[str, Any]]] = {}
+    for obj in render_experiment(exp, "rl", images=IMAGES):
+        if obj["kind"] in ("Deployment", "StatefulSet"):
+            for c in obj["spec"]["template"]["spec"]["containers"]:
+                env_of[c["name"]] = c.get("env", [])
+    node = {"name": "SURREAL_NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}}
+    assert node in env_of["learner"]
+    assert all(node not in env for name, env in env_of.items() if name != "learner")

@@ -563,6 +563,8 @@ class _Context:
         entries.extend({"name": name, "value": threads} for name in THREAD_VARIABLES)
         if gpus.visible is not None:
             entries.append({"name": "CUDA_VISIBLE_DEVICES", "value": gpus.visible})
+        if gpus.limit:  # a GPU role without CUDA names its node (rl/device.py cuda_diagnosis)
+            entries.append({"name": "SURREAL_NODE_NAME", "field": "spec.nodeName"})
         reports = self.profile.progress_reporter and process.role == REPORTER_ROLE
         if reports:
             entries.append(
