@@ -12,6 +12,9 @@
 - parameters: seconds from `publish` until 8 agent clients hold a new 1 MB parameter set (learner
   PUB -> ps shard -> ps proxy -> 8 `ParameterClient`s fetching by hash). Reference: raw PUB of the
   same megabyte to 8 SUB sockets.
+- CURVE: the experience and parameter paths again with every socket a CURVE socket (the
+  experiment's keypair, `comm.curve`, as every experiment runs), against the same paths without
+  it, in the same run: the price of authenticating and encrypting (goal: at most 10 % slower).
 
 Every party runs in its own process (agents: 8 client threads in one process), as in a local
 experiment. Writes bench/results/comm.json.
@@ -70,8 +73,11 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def experiment_envs(root: Path, spec: dict[str, Any]) -> dict[str, dict[str, str]]:
-    """The environment of every process of a throwaway experiment (as the local backend does)."""
+def experiment_envs(
+    root: Path, spec: dict[str, Any], curve: bool = False
+) -> dict[str, dict[str, str]]:
+    """The environment of every process of a throwaway experiment (as the local backend does);
+    with `curve`, its key file in the folder, where the roles find it."""
     from surreal_kube.experiment.resolve import (
         deep_merge,
         default_document,
@@ -85,6 +91,10 @@ def experiment_envs(root: Path, spec: dict[str, Any]) -> dict[str, dict[str, str
     exp = validate_document(doc)
     config = root / "config.yml"
     config.write_text(dump_yaml(exp))
+    if curve:
+        from surreal_kube.launch.local.keys import write_keys
+
+        write_keys(root)
     topo = build_topology("bench", exp.spec)
     book = topo.addresses_local({e: free_port() for e in topo.binders})
     return {
@@ -102,7 +112,21 @@ def _role(env: dict[str, str], role: str, index: int) -> Any:
     from surreal_kube.runtime.main import role_class
 
     ctx = RoleContext.from_env(role=role, index=index)
+    ctx.install_curve()  # as runtime.main does: the folder's keys, if any
     return role_class(role)(ctx)
+
+
+def _install_keys(key_file: str | None) -> None:
+    """A sender's or agent's process: CURVE with the experiment's keys (None: plain)."""
+    from surreal_kube.comm import curve
+
+    curve.install_from(key_file)
+
+
+def key_file(envs: dict[str, dict[str, str]]) -> str | None:
+    """The experiment's key file, if `experiment_envs` wrote one."""
+    path = Path(envs["learner"]["SURREAL_EXPERIMENT_DIR"]) / "curve.key"
+    return str(path) if path.exists() else None
 
 
 def run_balancer(env: dict[str, str], stop: Any) -> None:
@@ -150,8 +174,11 @@ def collector_addresses(env: dict[str, str]) -> list[str]:
     return [env[endpoint(collector(i)).addr_var] for i in range(SHARDS)]
 
 
-def run_sender(addr: str | list[str], raw: bool, ready: Any, stop: Any, seed: int) -> None:
+def run_sender(
+    addr: str | list[str], raw: bool, ready: Any, stop: Any, seed: int, keys: str | None
+) -> None:
     """An agent sending batches of BATCH transitions as fast as it can."""
+    _install_keys(keys)
     batch = transitions(BATCH, seed)
     if raw:
         from surreal_kube.comm.sockets import make_socket
@@ -206,8 +233,11 @@ def run_raw_batch_pusher(addr: str, stop: Any) -> None:
     sock.close(0)
 
 
-def run_agents(addr: str, raw: bool, rounds: int, ready: Any, go: Any, out: Any) -> None:
+def run_agents(
+    addr: str, raw: bool, rounds: int, ready: Any, go: Any, out: Any, keys: str | None
+) -> None:
     """AGENTS clients (threads): for each new parameter set, the time the last one got it."""
+    _install_keys(keys)
     from surreal_kube.comm.parameters import ParameterClient
     from surreal_kube.comm.sockets import make_socket
 
@@ -265,10 +295,11 @@ def _wait_shards(ready: Any) -> None:
         raise RuntimeError("a replay shard could not reach the load balancer")
 
 
-def experience(mpc: Any, seconds: float, raw: bool) -> float:
+def experience(mpc: Any, seconds: float, raw: bool, curve: bool = False) -> float:
     """Transitions per second into the shards (ours) or the raw PULL socket (reference)."""
     window, stop, out = mpc.Event(), mpc.Event(), mpc.Queue()
     procs = []
+    keys = None
     with tempfile.TemporaryDirectory() as tmp:
         if raw:
             addr = f"tcp://127.0.0.1:{free_port()}"
@@ -284,7 +315,8 @@ def experience(mpc: Any, seconds: float, raw: bool) -> float:
                     "samplesPerInsert": 0,
                 }
             }
-            envs = experiment_envs(Path(tmp), spec)
+            envs = experiment_envs(Path(tmp), spec, curve)
+            keys = key_file(envs)
             lb_stop = mpc.Event()
             procs.append(_spawn(mpc, run_balancer, envs["replay"], lb_stop))
             ready = mpc.Queue()
@@ -296,7 +328,9 @@ def experience(mpc: Any, seconds: float, raw: bool) -> float:
             addr = collector_addresses(envs["agents-0"])
             expected = SHARDS
         started = mpc.Queue()
-        senders = [_spawn(mpc, run_sender, addr, raw, started, stop, s) for s in range(SENDERS)]
+        senders = [
+            _spawn(mpc, run_sender, addr, raw, started, stop, s, keys) for s in range(SENDERS)
+        ]
         for _ in range(SENDERS):
             started.get(timeout=120)
         time.sleep(0.5)  # warm-up
@@ -383,10 +417,11 @@ def sampling(mpc: Any, seconds: float, raw: bool) -> float:
     return rate
 
 
-def parameters(mpc: Any, rounds: int, raw: bool) -> float:
+def parameters(mpc: Any, rounds: int, raw: bool, curve: bool = False) -> float:
     """Median seconds from publish until all AGENTS hold the new parameters."""
     ready, out, stop = mpc.Queue(), mpc.Queue(), mpc.Event()
     procs = []
+    keys = None
     with tempfile.TemporaryDirectory() as tmp:
         from surreal_kube.comm.parameters import ParameterPublisher
 
@@ -397,14 +432,16 @@ def parameters(mpc: Any, rounds: int, raw: bool) -> float:
             pub = make_socket(zmq.PUB, bind=addr, sndhwm=4)
             client_addr = addr
         else:
-            envs = experiment_envs(Path(tmp), {"ps": {"shards": 1}})
+            envs = experiment_envs(Path(tmp), {"ps": {"shards": 1}}, curve)
+            keys = key_file(envs)
+            _install_keys(keys)  # this process is the learner: its publisher's socket
             publisher = ParameterPublisher(envs["learner"]["SURREAL_PARAMETER_PUBLISH_BIND"])
             procs.append(_spawn(mpc, run_balancer, envs["ps"], stop))
             procs.append(_spawn(mpc, run_ps_shard, envs["ps-shard-0"], stop, ready))
             # it makes the environment to size its sockets (runtime.layout): seconds for MuJoCo
             ready.get(timeout=120)
             client_addr = envs["agents-0"]["SURREAL_PS_SERVE_ADDR"]
-        agents = _spawn(mpc, run_agents, client_addr, raw, rounds, ready, None, out)
+        agents = _spawn(mpc, run_agents, client_addr, raw, rounds, ready, None, out, keys)
         for _ in range(AGENTS):
             ready.get(timeout=60)
         time.sleep(1.0)  # connections (and for ours: the ps shard's subscription)
@@ -424,6 +461,7 @@ def parameters(mpc: Any, rounds: int, raw: bool) -> float:
             pub.close(0)
         else:
             publisher.close()
+            _install_keys(None)
         _join(procs)
     return statistics.median(a - p for a, p in zip(arrived, published, strict=True))
 
@@ -442,6 +480,17 @@ def best_of(reps: int, measure: Any, better: str) -> tuple[float, float]:
     return pick(ours), pick(ref)
 
 
+def best_of_curve(reps: int, measure: Any, better: str) -> tuple[float, float, float]:
+    """(ours, reference, ours with CURVE), each the best of `reps` runs taken in turn."""
+    ours, ref, cur = [], [], []
+    for _ in range(reps):
+        ours.append(measure(raw=False, curve=False))
+        ref.append(measure(raw=True, curve=False))
+        cur.append(measure(raw=False, curve=True))
+    pick = max if better == "higher" else min
+    return pick(ours), pick(ref), pick(cur)
+
+
 def main() -> None:
     """Measure, print the table, write bench/results/comm.json."""
     args = parse_args(__doc__.splitlines()[0])
@@ -449,9 +498,13 @@ def main() -> None:
     rounds = 5 if args.quick else 15
     reps = 1 if args.quick else 3
     mpc = mp.get_context("spawn")
-    exp = best_of(reps, lambda raw: experience(mpc, seconds, raw), "higher")
+    *exp, exp_curve = best_of_curve(
+        reps, lambda raw, curve: experience(mpc, seconds, raw, curve), "higher"
+    )
     smp = best_of(reps, lambda raw: sampling(mpc, seconds, raw), "higher")
-    par = best_of(reps, lambda raw: parameters(mpc, rounds, raw), "lower")
+    *par, par_curve = best_of_curve(
+        reps, lambda raw, curve: parameters(mpc, rounds, raw, curve), "lower"
+    )
     rows = [
         Row(
             f"experience: transitions/s from {SENDERS} senders into {SHARDS} shards",
@@ -471,8 +524,24 @@ def main() -> None:
             "s",
             "lower",
         ),
+        Row(
+            "experience with CURVE (reference: the same path without it)",
+            exp_curve,
+            exp[0],
+            "transitions/s",
+            "higher",
+        ),
+        Row(
+            f"parameters with CURVE: publish -> {AGENTS} agents hold 1 MB (reference: without)",
+            par_curve,
+            par[0],
+            "s",
+            "lower",
+        ),
     ]
     print_table("comm", rows)
+    for row in rows[-2:]:
+        print(f"CURVE: {row.metric.split(':')[0]}: {row.ratio:.3f} of the speed without it")
     path = write_results("comm", rows)
     print(f"wrote {path}")
 
