@@ -51,6 +51,8 @@ class Forwarder:
         self.frontend_addr = frontend_bind
         """The bound frontend address (a wildcard port resolved once started)."""
         self.backend_addr = backend_bind
+        self.spurious_wakeups = 0
+        """Times the proxy found a readable socket empty and resumed (see `_run`)."""
 
     def start(self) -> Forwarder:
         """Start forwarding; raises if either address cannot be bound."""
@@ -90,7 +92,17 @@ class Forwarder:
             return
         self._ready.set()
         try:
-            zmq.proxy_steerable(front, back, None, control)
+            while True:
+                try:
+                    zmq.proxy_steerable(front, back, None, control)
+                    return  # TERMINATE from stop()
+                except zmq.Again:
+                    # libzmq 4.3.5's proxy gives up when a socket it polled readable has no
+                    # message after all: a CURVE peer's frame above MAXMSGSIZE is dropped only
+                    # after it was decrypted. One stranger's frame stopped the parameter server
+                    # (its role exited 1, and again at each restart); nothing was taken, so
+                    # forwarding simply resumes.
+                    self.spurious_wakeups += 1
         except zmq.ContextTerminated:
             pass
         finally:
