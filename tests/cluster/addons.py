@@ -16,6 +16,7 @@ start them on a private control plane of their own, never on the shared `make cl
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
@@ -120,8 +121,14 @@ def _wait(what: str, proc: _Process | None, ready: Callable[[], Any], deadline: 
     raise ControlPlaneError(f"timed out waiting for {what} (last: {last!r}){tail}")
 
 
-def _apply_crds(cp: ControlPlane, crd_dir: Path, deadline: float) -> list[str]:
-    """Create every CRD under crd_dir and wait until each is Established; their names."""
+def _apply_crds(
+    cp: ControlPlane,
+    crd_dir: Path,
+    deadline: float,
+    patch: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
+) -> list[str]:
+    """Create every CRD under crd_dir (each through `patch`, if given) and wait until each is
+    Established; their names."""
     import yaml
 
     names = []
@@ -129,6 +136,8 @@ def _apply_crds(cp: ControlPlane, crd_dir: Path, deadline: float) -> list[str]:
         for crd in yaml.safe_load_all(path.read_text()):
             if not crd:
                 continue
+            if patch is not None:
+                crd = patch(crd)
             try:
                 cp.request("POST", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", crd)
             except urllib.error.HTTPError as e:
@@ -419,14 +428,38 @@ class Kueue:
     ResourceFlavors: `cpu-pool` and `gpu-pool`, which place admitted pods on those pools
     (their gke-nodepool label; the GPU flavor tolerates GKE's GPU taint).
 
-    It runs without admission webhooks registered at the API server (their certificate would
-    name a Service, which the API server cannot reach on loopback): Kueue's controllers admit
-    what is submitted suspended. A Job is submitted with `suspend: true` and the queue-name label;
-    Kueue un-suspends it once admitted. (The webhook would add the suspension for the user.)
-    Only the batch/job integration is on.
+    It runs as its Deployment would, webhooks included, so a plain Job with the queue-name label
+    is suspended at create by Kueue's webhook and started once admitted. Three stand-ins make
+    that work on loopback (tests/cluster/README.md, Add-ons):
+
+    - The webhook Service `kueue-webhook-service` is of type ExternalName, 127.0.0.1: the API
+      server resolves a webhook's Service reference to `<externalName>:<port>` and still checks
+      the certificate against `<service>.<namespace>.svc`, the name Kueue's rotator signs.
+    - The rotator (internal certificate management, Kueue's default) writes its CA and serving
+      certificate into a Secret; `start` copies them into the webhook's certDir, as the
+      kubelet's Secret volume would. (With internal certificates off, Kueue reads the metrics
+      certificate from the fixed /etc/kueue/metrics/certs, a path outside the test's directory.)
+    - The CRDs get the conversion-webhook stanza of Kueue's kustomize patches and the webhook
+      configurations are those of the module (webhook/manifests.yaml), kept to the webhooks of
+      Kueue's own kinds and the enabled integration (batch/job); the rotator injects its CA into
+      all of them before Kueue reports ready.
     """
 
     cluster_queue = "cluster-queue"
+    service = "kueue-webhook-service"
+    secret = "kueue-webhook-server-cert"
+    integrations = ("batch/job",)
+    webhook_groups = frozenset({"kueue.x-k8s.io", "batch"})
+    """API groups whose webhooks are registered: Kueue's own and the batch/job integration's
+    (a disabled integration's webhook path is not served, and its failurePolicy is Fail)."""
+    converted_crds = (
+        "localqueues.kueue.x-k8s.io",
+        "clusterqueues.kueue.x-k8s.io",
+        "workloads.kueue.x-k8s.io",
+        "cohorts.kueue.x-k8s.io",
+        "multikueueclusters.kueue.x-k8s.io",
+    )
+    """The CRDs whose conversion webhook Kueue's rotator injects (pkg/util/cert, v0.17)."""
 
     def __init__(self, cp: ControlPlane, quota: Quota = Quota(), bin_dir: Path | None = None):
         self.cp = cp
@@ -434,18 +467,40 @@ class Kueue:
         self.bin_dir = bin_dir or require_addon("kueue")
         self.process: _Process | None = None
         self.health_port: int | None = None
+        self.webhook_port: int | None = None
+        self.cert_dir = cp.workdir / "kueue-certs"
+        self.startup_seconds: float | None = None
+        """From the process's start to its /readyz answering ok (certificates made, CA
+        injected, webhook server listening)."""
 
     def start(self, timeout: float = 120.0) -> Kueue:
         deadline = time.monotonic() + timeout
         cp = self.cp
-        _apply_crds(cp, self.bin_dir / "crds", deadline)
+        manifests = self.bin_dir / "webhook" / "manifests.yaml"
+        if not manifests.is_file():
+            raise ControlPlaneError(
+                f"{manifests} is missing: run `{BUILD_SCRIPT} kueue` (it copies it, no rebuild)"
+            )
+        self.webhook_port = controlplane.free_port()
+        _apply_crds(cp, self.bin_dir / "crds", deadline, patch=self._with_conversion)
         _ensure(cp, "/api/v1/namespaces", {"metadata": {"name": KUEUE_NAMESPACE}})
         # Kueue's certificate rotator fills this Secret but does not create it (its manifests do).
         _ensure(
             cp,
             f"/api/v1/namespaces/{KUEUE_NAMESPACE}/secrets",
-            {"metadata": {"name": "kueue-webhook-server-cert"}},
+            {"metadata": {"name": self.secret}},
         )
+        _ensure(
+            cp,
+            f"/api/v1/namespaces/{KUEUE_NAMESPACE}/services",
+            {
+                "metadata": {"name": self.service},
+                "spec": {"type": "ExternalName", "externalName": "127.0.0.1"},
+            },
+        )
+        for webhook_config in self._webhook_configurations(manifests):
+            kind = webhook_config["kind"].lower() + "s"
+            _ensure(cp, f"/apis/admissionregistration.k8s.io/v1/{kind}", webhook_config)
         self.health_port = controlplane.free_port()
         config = {
             "apiVersion": "config.kueue.x-k8s.io/v1beta2",
@@ -455,17 +510,17 @@ class Kueue:
             "metrics": {"bindAddress": "0"},
             "webhook": {
                 "host": "127.0.0.1",
-                "port": controlplane.free_port(),
-                "certDir": str(cp.workdir / "kueue-certs"),
+                "port": self.webhook_port,
+                "certDir": str(self.cert_dir),
             },
             "leaderElection": {"leaderElect": False},
             "internalCertManagement": {
                 "enable": True,
-                "webhookServiceName": "kueue-webhook-service",
-                "webhookSecretName": "kueue-webhook-server-cert",
+                "webhookServiceName": self.service,
+                "webhookSecretName": self.secret,
             },
             "visibilityServer": {"bindAddress": "127.0.0.1"},
-            "integrations": {"frameworks": ["batch/job"]},
+            "integrations": {"frameworks": list(self.integrations)},
         }
         config_file = cp.workdir / "kueue-config.yaml"
         config_file.write_text(json.dumps(config, indent=2))
@@ -475,9 +530,11 @@ class Kueue:
             f"--visibility-server-port={controlplane.free_port()}",
             f"--kubeconfig={cp.kubeconfig}",
         ]
+        started = time.monotonic()
         self.process = _Process(cp, "kueue", argv, {"KUBECONFIG": str(cp.kubeconfig)})
         try:
             _wait("kueue /readyz", self.process, self._ready, deadline)
+            self.startup_seconds = time.monotonic() - started
             self._create_queue()
             _wait("the ClusterQueue Active", self.process, self._queue_active, deadline)
         except BaseException:
@@ -486,11 +543,89 @@ class Kueue:
         return self
 
     def stop(self) -> None:
+        """Stop Kueue and remove its webhook configurations: their failurePolicy is Fail, so
+        left behind they would refuse every Job (and Kueue object) on this control plane."""
         if self.process is not None:
             self.process.stop()
             self.process = None
+            for kind in ("mutatingwebhookconfigurations", "validatingwebhookconfigurations"):
+                name = kind.removesuffix("webhookconfigurations")
+                path = f"/apis/admissionregistration.k8s.io/v1/{kind}"
+                # already gone, or the control plane is (HTTPError is an OSError)
+                with contextlib.suppress(OSError):
+                    self.cp.request("DELETE", f"{path}/kueue-{name}-webhook-configuration")
+
+    def _with_conversion(self, crd: dict[str, Any]) -> dict[str, Any]:
+        """crd with the conversion webhook Kueue's kustomize patches add (webhook_in_*.yaml)."""
+        if crd["metadata"]["name"] not in self.converted_crds:
+            return crd
+        crd = dict(crd)
+        crd["spec"] = {
+            **crd["spec"],
+            "conversion": {
+                "strategy": "Webhook",
+                "webhook": {
+                    "clientConfig": {"service": self._service_ref("/convert")},
+                    "conversionReviewVersions": ["v1"],
+                },
+            },
+        }
+        return crd
+
+    def _service_ref(self, path: str) -> dict[str, Any]:
+        return {
+            "namespace": KUEUE_NAMESPACE,
+            "name": self.service,
+            "path": path,
+            "port": self.webhook_port,
+        }
+
+    def _webhook_configurations(self, manifests: Path) -> list[dict[str, Any]]:
+        """The module's webhook configurations, named as its kustomization names them (the
+        rotator looks them up by those names), pointed at the webhook Service's port and kept
+        to the webhooks of `webhook_groups`."""
+        import yaml
+
+        configs = []
+        for doc in yaml.safe_load_all(manifests.read_text()):
+            if not doc:
+                continue
+            hooks = []
+            for hook in doc["webhooks"]:
+                groups = {g for rule in hook.get("rules", []) for g in rule["apiGroups"]}
+                if not groups or not groups <= self.webhook_groups:
+                    continue
+                path = hook["clientConfig"]["service"]["path"]
+                hooks.append({**hook, "clientConfig": {"service": self._service_ref(path)}})
+            name = doc["metadata"]["name"]
+            configs.append({**doc, "metadata": {"name": f"kueue-{name}"}, "webhooks": hooks})
+        return configs
+
+    def _mount_certs(self) -> None:
+        """Copy the rotator's certificate and key from its Secret into certDir once they are
+        there (what the kubelet does for the Deployment's Secret volume)."""
+        import base64
+
+        if (self.cert_dir / "tls.crt").is_file():
+            return
+        data = (
+            self.cp.request(
+                "GET", f"/api/v1/namespaces/{KUEUE_NAMESPACE}/secrets/{self.secret}"
+            ).get("data")
+            or {}
+        )
+        if "tls.crt" not in data or "tls.key" not in data:
+            return
+        self.cert_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        for name in ("tls.key", "tls.crt"):  # the certificate last: the rotator waits for it
+            tmp = self.cert_dir / f".{name}.tmp"
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            with os.fdopen(fd, "wb") as f:
+                f.write(base64.b64decode(data[name]))
+            tmp.replace(self.cert_dir / name)
 
     def _ready(self) -> bool:
+        self._mount_certs()
         return controlplane._http_get(f"http://127.0.0.1:{self.health_port}/readyz") == b"ok"
 
     def _create_queue(self) -> None:

@@ -43,12 +43,22 @@ modpath[kueue]=sigs.k8s.io/kueue
 crds[kueue]="config/components/crd/bases"
 modpath[kube-router]=github.com/cloudnativelabs/kube-router/v2
 crds[kube-router]=""
+# name -> other files of its Go module copied beside the binary, as SRC:DEST (DEST under bin).
+# Not part of the hash: they never change what is compiled, and a complete bin directory that
+# lacks one gets it from the module cache without a rebuild (`build-addons.sh NAME`).
+declare -A extras
+extras[kueue]="config/components/webhook/manifests.yaml:webhook/manifests.yaml"
 
 bin_dir() {  # name -> its bin directory (whether built or not)
   local name=$1 hash
   hash=$( (cd "$here/go/${module[$name]}" && cat go.mod go.sum; echo "${ldflags[$name]}|${crds[$name]}") \
     | sha256sum | cut -c1-10)
   echo "$cache_root/$name-${version[$name]}_$hash/bin"
+}
+
+has_extras() {  # name bin -> whether every extra file of name is in bin
+  local pair
+  for pair in ${extras[$1]:-}; do [[ -f "$2/${pair#*:}" ]] || return 1; done
 }
 
 check_name() {
@@ -62,7 +72,7 @@ if [[ "${1:-}" == "--bin-dir" ]]; then
   check_name "$2"
   bin=$(bin_dir "$2")
   echo "$bin"
-  [[ -f "$bin/.complete" ]]
+  [[ -f "$bin/.complete" ]] && has_extras "$2" "$bin"
   exit
 fi
 
@@ -84,11 +94,23 @@ fi
 export CGO_ENABLED=0 GOFLAGS=-mod=readonly GOTOOLCHAIN=${GOTOOLCHAIN:-auto}
 nice_cmd=(nice -n "${BUILD_NICE:-10}")
 
+copy_extras() {  # name bin: copy name's extra module files into bin
+  local name=$1 bin=$2 moddir pair
+  [[ -n "${extras[$name]:-}" ]] || return 0
+  moddir=$(cd "$here/go/${module[$name]}" && "$go" list -m -f '{{.Dir}}' "${modpath[$name]}")
+  for pair in ${extras[$name]}; do
+    install -D -m 644 "$moddir/${pair%%:*}" "$bin/${pair#*:}"
+  done
+}
+
 build() {  # name: build it into its bin directory unless it is complete
   local name=$1 bin dest t0
   bin=$(bin_dir "$name")
   dest=$(dirname "$bin")
-  [[ -f "$bin/.complete" ]] && return
+  if [[ -f "$bin/.complete" ]]; then
+    has_extras "$name" "$bin" || copy_extras "$name" "$bin"
+    return
+  fi
   mkdir -p "$dest"
   exec 9>"$dest/.lock"
   if ! flock -n 9; then
@@ -108,6 +130,7 @@ build() {  # name: build it into its bin directory unless it is complete
       mkdir -p "$dest/bin.partial/crds"
       cp "$moddir/$dir"/*.yaml "$dest/bin.partial/crds/"
     done
+    copy_extras "$name" "$dest/bin.partial"
     printf '%s %s\ngo %s\n' "$name" "${version[$name]}" "$("$go" env GOVERSION)" \
       > "$dest/bin.partial/VERSIONS"
     touch "$dest/bin.partial/.complete"
