@@ -16,6 +16,22 @@ from surreal_kube.errors import InvalidNameError
 MAX_LENGTH = 63
 _LABEL = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
 
+CONFIG = "config"
+DATA = "data"
+PROGRESS = "progress"
+RESULTS = "results"
+REPORTER = "reporter"
+EXPERIMENT_OBJECTS: tuple[tuple[str, str], ...] = (
+    (CONFIG, "the ConfigMap of the resolved spec"),
+    (DATA, "the experiment folder's claim"),
+    (PROGRESS, "the progress ConfigMap"),
+    (RESULTS, "the results ConfigMap"),
+    (REPORTER, "the progress reporter's ServiceAccount"),
+)
+"""The objects every experiment has on Kubernetes besides its workloads, `<exp>-<suffix>`, with
+what each is: the one list that the name check measures (`Topology.derived_name_suffixes`) and
+that launch/kube/naming.py names them from."""
+
 
 def suggest_name(name: str, max_length: int = MAX_LENGTH) -> str:
     """A valid DNS-1035 label close to `name` (`exp_ppo.Ant` -> `exp-ppo-ant`)."""

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
 
 from surreal_kube.errors import TopologyError
+from surreal_kube.experiment.names import EXPERIMENT_OBJECTS
 
 if TYPE_CHECKING:  # the spec module builds its experiment's topology with build_topology
     from surreal_kube.experiment.spec import ExperimentSpec
@@ -188,6 +189,7 @@ class Topology:
 
         A StatefulSet's pods carry the label `controller-revision-hash: <set>-<hash>`, a label value
         limited to 63 characters, with a hash of up to 10 characters: that is often the longest.
+        The experiment's own objects (`names.EXPERIMENT_OBJECTS`) come last.
         """
         out: list[tuple[str, str]] = []
         for g in self.groups:
@@ -195,6 +197,7 @@ class Topology:
             if g.replicated:
                 out.append((f"-{g.name}-{g.replicas - 1}", f"the last {g.name} pod"))
                 out.append((f"-{g.name}-" + "x" * 10, f"the {g.name} StatefulSet's revision label"))
+        out.extend((f"-{suffix}", what) for suffix, what in EXPERIMENT_OBJECTS)
         return out
 
     def addresses_local(

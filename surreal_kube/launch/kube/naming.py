@@ -2,14 +2,15 @@
 
 Names follow the suffixes that `Topology.derived_name_suffixes` declares (and that the experiment
 name check already measured): `<exp>-<group>` for workloads and their Services, `<exp>-<group>-<i>`
-for StatefulSet pods. The extra objects, `<exp>-config`, `<exp>-data`, `<exp>-progress`,
-`<exp>-results` and `<exp>-reporter`, are shorter than the `-<group>-<revision hash>` suffix that
-is always checked, so they always fit too.
+for StatefulSet pods, and the objects of `experiment.names.EXPERIMENT_OBJECTS` (`<exp>-config`,
+`<exp>-data`, `<exp>-progress`, `<exp>-results`, `<exp>-reporter`), named here from that list.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+
+from surreal_kube.experiment import names
 
 NAME = "surreal-kube"
 """`app.kubernetes.io/name`, `part-of` and `managed-by` of everything we render."""
@@ -18,6 +19,8 @@ GROUP_LABEL = "app.kubernetes.io/component"
 INSTANCE_LABEL = "app.kubernetes.io/instance"
 POD_INDEX_LABEL = "apps.kubernetes.io/pod-index"
 """Set by the StatefulSet controller on each pod: its ordinal, read through the downward API."""
+PROGRESS_ANNOTATION = "surreal.ai/progress"
+"""A pod annotation with a role's progress record as JSON (read by status)."""
 
 
 def object_name(experiment: str, suffix: str) -> str:
@@ -25,31 +28,36 @@ def object_name(experiment: str, suffix: str) -> str:
     return f"{experiment}-{suffix}"
 
 
+def pod_name(experiment: str, group: str, ordinal: int) -> str:
+    """`<exp>-<group>-<i>`: the name the StatefulSet controller gives a replicated group's pod."""
+    return f"{object_name(experiment, group)}-{ordinal}"
+
+
 def config_name(experiment: str) -> str:
     """The ConfigMap holding the resolved spec (and the default root object)."""
-    return object_name(experiment, "config")
+    return object_name(experiment, names.CONFIG)
 
 
 def data_name(experiment: str) -> str:
     """The PersistentVolumeClaim of the experiment folder."""
-    return object_name(experiment, "data")
+    return object_name(experiment, names.DATA)
 
 
 def progress_name(experiment: str) -> str:
     """The ConfigMap holding the experiment's progress record (experiment/progress.py)."""
-    return object_name(experiment, "progress")
+    return object_name(experiment, names.PROGRESS)
 
 
 def results_name(experiment: str) -> str:
     """The ConfigMap tensorplex copies the results into when the run ends (summary, curve,
     picture): it outlives the pods, so `surreal-kube results` works after compute is released."""
-    return object_name(experiment, "results")
+    return object_name(experiment, names.RESULTS)
 
 
 def reporter_name(experiment: str) -> str:
     """The ServiceAccount, Role and RoleBinding of the progress reporter: the only identity of
     an experiment's pods, allowed to write that one ConfigMap and nothing else."""
-    return object_name(experiment, "reporter")
+    return object_name(experiment, names.REPORTER)
 
 
 def selector_labels(experiment: str, group: str) -> dict[str, str]:
