@@ -6,9 +6,9 @@ in plain words what is missing): on 1,000 nodes a list is megabytes the API serv
 and the operator parses, while the cluster is busiest. Nodes change rarely (their heartbeats go
 to Leases), so a watch is nearly silent, and the pools are recomputed only when a node changed.
 
-Slim copies only (name, labels, taints, unschedulable, allocatable): what `profile_from_nodes`
-and `status.pending_reason` read. Until the first list arrives (or when the operator may not
-read nodes) `nodes()` is None and callers list, as before.
+Slim copies only (`slim.slim_node`: name, labels, taints, unschedulable, allocatable): what
+`profile_from_nodes` and `status.pending_reason` read. Until the first list arrives (or when
+the operator may not read nodes) `nodes()` is None and callers list, as before.
 """
 
 from __future__ import annotations
@@ -17,20 +17,9 @@ import threading
 from collections.abc import Mapping
 from typing import Any
 
+from surreal_kube.launch.kube.api.slim import slim_node
 
-def slim_node(node: Mapping[str, Any]) -> dict[str, Any]:
-    """What the pools and the pending reasons read of a node."""
-    meta = node.get("metadata") or {}
-    spec = node.get("spec") or {}
-    status = node.get("status") or {}
-    return {
-        "metadata": {"name": meta.get("name", ""), "labels": dict(meta.get("labels") or {})},
-        "spec": {
-            "taints": list(spec.get("taints") or []),
-            "unschedulable": spec.get("unschedulable"),
-        },
-        "status": {"allocatable": dict(status.get("allocatable") or {})},
-    }
+__all__ = ["NodeCache", "slim_node"]
 
 
 class NodeCache:

@@ -1,7 +1,7 @@
 """The operator's view of its experiments' pods, kept from the pod watch it already has.
 
 The pod watch (`podwatch`) hands every event of every managed pod to `handlers.pod_changed`;
-keeping a slim copy of each (`status.slim_pod`, about a tenth of a pod) lets a status refresh
+keeping a slim copy of each (`slim.slim_pod`, about a tenth of a pod) lets a status refresh
 read the pods from memory instead of listing them: with 10,000 pods a list is megabytes on the
 wire and seconds of parsing, and a refresh follows every burst of pod events.
 
@@ -19,7 +19,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from surreal_kube.launch.kube import naming
-from surreal_kube.launch.kube.status.summary import slim_pod
+from surreal_kube.launch.kube.api.slim import slim_pod
 
 Key = tuple[str, str]
 """(namespace, experiment)."""

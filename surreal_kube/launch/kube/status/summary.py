@@ -29,8 +29,10 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 from pydantic.alias_generators import to_camel
 
 from surreal_kube.experiment import progress as progress_keys
-from surreal_kube.experiment.quantity import parse_quantity
+from surreal_kube.experiment.quantity import BINARY_UNITS
 from surreal_kube.launch.kube import naming
+from surreal_kube.launch.kube.api.slim import slim_pod as slim_pod  # its callers import it here
+from surreal_kube.launch.kube.placement.fit import admits, allocatable, free_capacity, pod_requests
 from surreal_kube.launch.kube.profile import POOL_LABELS
 
 EXPERIMENT_LABEL = naming.EXPERIMENT_LABEL
@@ -38,7 +40,7 @@ COMPONENT_LABEL = naming.GROUP_LABEL
 INSTANCE_LABEL = naming.INSTANCE_LABEL
 POD_INDEX_LABEL = naming.POD_INDEX_LABEL
 KEEP_UIDS = 5
-PROGRESS_ANNOTATION = "surreal.ai/progress"
+PROGRESS_ANNOTATION = naming.PROGRESS_ANNOTATION
 GPU = "nvidia.com/gpu"
 MAX_PENDING_SHOWN = 10
 """Pending reasons kept per component in the status (a thousand pending agents say it once)."""
@@ -144,63 +146,6 @@ class ExperimentStatus(StatusModel):
 # --------------------------------------------------------------------------- pods
 
 
-def slim_pod(pod: Mapping[str, Any]) -> dict[str, Any]:
-    """The part of a pod that `summarize` and `pending_reason` read, as a new plain dict.
-
-    Whoever keeps many pods (the operator watching 10,000 of them, `create` waiting for them)
-    keeps these: about a tenth of a whole pod (no env, volumes, probes, managed fields). The
-    small parts kept (resources, tolerations, container states) are shared with `pod`, not
-    copied: every caller drops the decoded pod at once, so the rest of it is freed all the same,
-    and deep copies were a third of the operator's CPU per pod event at 1,000 pods.
-    """
-    meta = pod.get("metadata") or {}
-    spec = pod.get("spec") or {}
-    status = pod.get("status") or {}
-    out_meta: dict[str, Any] = {
-        k: meta[k]
-        for k in ("name", "namespace", "uid", "creationTimestamp", "deletionTimestamp")
-        if meta.get(k) is not None
-    }
-    out_meta["labels"] = dict(meta.get("labels") or {})
-    progress = (meta.get("annotations") or {}).get(PROGRESS_ANNOTATION)
-    if progress is not None:
-        out_meta["annotations"] = {PROGRESS_ANNOTATION: progress}
-    owners = [
-        {"kind": r.get("kind"), "name": r.get("name")} for r in meta.get("ownerReferences") or []
-    ]
-    if owners:
-        out_meta["ownerReferences"] = owners
-    out_spec: dict[str, Any] = {
-        k: spec[k]
-        for k in ("nodeName", "nodeSelector", "tolerations", "overhead")
-        if spec.get(k) is not None
-    }
-    for key in ("containers", "initContainers"):
-        if spec.get(key):
-            out_spec[key] = [
-                {"name": c.get("name"), "resources": c.get("resources") or {}} for c in spec[key]
-            ]
-    out_status: dict[str, Any] = {
-        k: status[k] for k in ("phase", "reason", "message") if status.get(k) is not None
-    }
-    if status.get("conditions"):
-        out_status["conditions"] = [
-            {k: c[k] for k in ("type", "status", "reason", "message") if k in c}
-            for c in status["conditions"]
-        ]
-    if status.get("containerStatuses"):
-        out_status["containerStatuses"] = [
-            {
-                k: c[k]
-                for k in ("name", "image", "ready", "restartCount", "state", "lastState")
-                if k in c
-            }
-            for c in status["containerStatuses"]
-        ]
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": out_meta, "spec": out_spec,
-            "status": out_status}  # fmt: skip
-
-
 def unscheduled(pods: Iterable[Mapping[str, Any]]) -> bool:
     """True when the scheduler could not place some pod (only then do node capacities matter)."""
     return any(
@@ -232,45 +177,10 @@ def container_restarts(pod: Mapping[str, Any]) -> int:
     )
 
 
-def pod_requests(pod: Mapping[str, Any]) -> dict[str, float]:
-    """What a pod asks of a node: cpu (cores), memory (bytes), GPUs and other extended resources.
-
-    Like the scheduler: the sum over containers, at least the largest init container; a limit
-    stands for a missing request.
-    """
-
-    def of(container: Mapping[str, Any]) -> dict[str, float]:
-        res = container.get("resources") or {}
-        merged = {**(res.get("limits") or {}), **(res.get("requests") or {})}
-        return {k: quantity(k, v) for k, v in merged.items()}
-
-    spec = pod.get("spec") or {}
-    total: dict[str, float] = {}
-    for c in spec.get("containers") or []:
-        for k, v in of(c).items():
-            total[k] = total.get(k, 0) + v
-    for c in spec.get("initContainers") or []:
-        for k, v in of(c).items():
-            total[k] = max(total.get(k, 0), v)
-    for k, v in (spec.get("overhead") or {}).items():
-        total[k] = total.get(k, 0) + quantity(k, v)
-    return total
-
-
-def quantity(resource: str, value: Any) -> float:
-    """A resource quantity as a number: cores for cpu, bytes for memory, a count otherwise.
-
-    What the cluster reports may be zero (a real kubelet's `hugepages-2Mi: "0"`, a container
-    requesting `cpu: "0"`): that is a quantity to count, not a spec to refuse, so these are read
-    with `parse_quantity` rather than the spec's positive-only parsers.
-    """
-    return float(parse_quantity(str(value)))
-
-
 def show(resource: str, amount: float) -> str:
     """Back to words: 2 nvidia.com/gpu, 1.5 cpu, 3Gi memory."""
     if resource == "memory" or resource == "ephemeral-storage":
-        for unit, size in (("Ti", 2**40), ("Gi", 2**30), ("Mi", 2**20), ("Ki", 2**10)):
+        for unit, size in BINARY_UNITS:
             if amount >= size:
                 n = amount / size
                 return f"{n:g}{unit} {resource}" if n == int(n) else f"{n:.1f}{unit} {resource}"
@@ -289,49 +199,6 @@ def node_pool(node: Mapping[str, Any]) -> str:
         if labels.get(key):
             return str(labels[key])
     return str((node.get("metadata") or {}).get("name"))
-
-
-def free_capacity(
-    nodes: Iterable[Mapping[str, Any]], pods: Iterable[Mapping[str, Any]]
-) -> dict[str, dict[str, float]]:
-    """node name -> resource -> allocatable minus what its non-terminated pods request."""
-    free: dict[str, dict[str, float]] = {}
-    for node in nodes:
-        alloc = (node.get("status") or {}).get("allocatable") or {}
-        free[node["metadata"]["name"]] = {k: quantity(k, v) for k, v in alloc.items()}
-    for pod in pods:
-        node_name = (pod.get("spec") or {}).get("nodeName")
-        if not node_name or node_name not in free:
-            continue
-        if (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
-            continue
-        for k, v in pod_requests(pod).items():
-            free[node_name][k] = free[node_name].get(k, 0) - v
-    return free
-
-
-def _tolerates(pod: Mapping[str, Any], node: Mapping[str, Any]) -> bool:
-    tolerations = (pod.get("spec") or {}).get("tolerations") or []
-    for taint in (node.get("spec") or {}).get("taints") or []:
-        if taint.get("effect") not in ("NoSchedule", "NoExecute"):
-            continue
-        if not any(_toleration_matches(t, taint) for t in tolerations):
-            return False
-    return True
-
-
-def _toleration_matches(tol: Mapping[str, Any], taint: Mapping[str, Any]) -> bool:
-    if tol.get("effect") and tol.get("effect") != taint.get("effect"):
-        return False
-    if tol.get("operator") == "Exists":
-        return not tol.get("key") or tol.get("key") == taint.get("key")
-    return tol.get("key") == taint.get("key") and tol.get("value", "") == taint.get("value", "")
-
-
-def _selected(pod: Mapping[str, Any], node: Mapping[str, Any]) -> bool:
-    selector = (pod.get("spec") or {}).get("nodeSelector") or {}
-    labels = (node.get("metadata") or {}).get("labels") or {}
-    return all(labels.get(k) == v for k, v in selector.items())
 
 
 _INSUFFICIENT = re.compile(r"Insufficient ([\w./-]*\w)")
@@ -426,19 +293,13 @@ def _unschedulable(
     short = set(_INSUFFICIENT.findall(message))
     selector = (pod.get("spec") or {}).get("nodeSelector") or {}
     if nodes is not None:
-        fitting = [n for n in nodes if _selected(pod, n) and _tolerates(pod, n)]
+        fitting = [n for n in nodes if admits(n, pod)]
         if not fitting:
             what = ", ".join(f"{k}={v}" for k, v in sorted(selector.items())) or "its tolerations"
             return f"no node matches {what}"
         where = ", ".join(sorted({node_pool(n) for n in fitting}))
         # free space when every pod on the nodes is known, else the nodes' whole capacity
-        room = free or {
-            n["metadata"]["name"]: {
-                k: quantity(k, v)
-                for k, v in ((n.get("status") or {}).get("allocatable") or {}).items()
-            }
-            for n in fitting
-        }
+        room = free or {n["metadata"]["name"]: allocatable(n) for n in fitting}
         slot = "free slot" if free is not None else "node"
         lacking = []
         for res, amount in sorted(wants.items()):
@@ -603,8 +464,10 @@ def summarize(
                 eval_return = record.last_return
         elif record and record.last_return is not None:
             eval_return = record.last_return
+    seen = ((key, group) for _, group, _, _, key, _ in rows)
+    group_of = _process_groups(experiment, desired, seen) if counted else {}
     for key, count in counted.items():
-        group = _group_of_key(experiment, key, components)
+        group = group_of.get(key)
         if group:
             restarts_in[group] += count
     for group, comp in components.items():
@@ -654,12 +517,21 @@ def summarize(
     return out
 
 
-def _group_of_key(experiment: str, key: str, groups: Iterable[str]) -> str | None:
-    """`<exp>-agents-3` or `<exp>-learner` -> the group, None for another experiment's key."""
-    rest = key.removeprefix(f"{experiment}-")
-    if rest == key:
-        return None
-    for group in groups:
-        if rest == group or (rest.startswith(f"{group}-") and rest[len(group) + 1 :].isdigit()):
-            return group
-    return None
+def _process_groups(
+    experiment: str, desired: Mapping[str, int], seen: Iterable[tuple[str, str]]
+) -> dict[str, str]:
+    """process key -> group, for counting a process's replacements into its group.
+
+    The group is the one its pods' component label names (`seen`: key, group). A process whose
+    pod is away right now (a StatefulSet deletes a failed pod before it creates the new one)
+    still counts: the keys naming.py gives each group's processes (its workload, its pods'
+    ordinals up to the pods wanted) stand for it. Another experiment's keys belong to no group.
+    """
+    out: dict[str, str] = {}
+    for group, wanted in desired.items():
+        out[naming.object_name(experiment, group)] = group
+        out.update(
+            dict.fromkeys((naming.pod_name(experiment, group, i) for i in range(wanted)), group)
+        )
+    out.update(seen)
+    return out
