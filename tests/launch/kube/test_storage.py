@@ -68,13 +68,27 @@ def test_default_claim_is_read_write_once_and_only_data_pods_mount_it() -> None:
     assert "storageClassName" not in claim["spec"]  # the cluster's default class
     pods = pods_by_group(objects)
     assert set(pods) == DATA_GROUPS | OTHER_GROUPS
-    together = {
+    # the learner anchors the volume's node; the others follow it (and wait for it)
+    follow = {
         "requiredDuringSchedulingIgnoredDuringExecution": [
             {
                 "labelSelector": {
-                    "matchLabels": {naming.EXPERIMENT_LABEL: "exp-st", DATA_LABEL: "true"}
+                    "matchLabels": {naming.EXPERIMENT_LABEL: "exp-st", DATA_LABEL: "anchor"}
                 },
                 "topologyKey": "kubernetes.io/hostname",
+            }
+        ]
+    }
+    rejoin = {  # a rescheduled learner prefers where its followers still run
+        "preferredDuringSchedulingIgnoredDuringExecution": [
+            {
+                "weight": 100,
+                "podAffinityTerm": {
+                    "labelSelector": {
+                        "matchLabels": {naming.EXPERIMENT_LABEL: "exp-st", DATA_LABEL: "follower"}
+                    },
+                    "topologyKey": "kubernetes.io/hostname",
+                },
             }
         ]
     }
@@ -86,8 +100,9 @@ def test_default_claim_is_read_write_once_and_only_data_pods_mount_it() -> None:
         assert mount == [{"name": "experiment", "mountPath": "/experiment"}], group
         if group in DATA_GROUPS:
             assert volume["persistentVolumeClaim"] == {"claimName": "exp-st-data"}, group
-            assert pod["metadata"]["labels"][DATA_LABEL] == "true"
-            assert pod["spec"]["affinity"] == {"podAffinity": together}, group
+            anchor = group == "learner"
+            assert pod["metadata"]["labels"][DATA_LABEL] == ("anchor" if anchor else "follower")
+            assert pod["spec"]["affinity"] == {"podAffinity": rejoin if anchor else follow}, group
         else:  # status files nobody reads on a cluster: a folder of the pod's own
             assert volume == {"name": "experiment", "emptyDir": {}}, group
             assert DATA_LABEL not in pod["metadata"]["labels"]
@@ -227,6 +242,61 @@ def test_default_claim_binds_and_data_pods_share_one_kwok_node(
     volume = kube.get(VOLUME, claim["spec"]["volumeName"])
     terms = volume["spec"]["nodeAffinity"]["required"]["nodeSelectorTerms"]
     assert terms[0]["matchExpressions"][0]["values"] == [node]
+
+
+@pytest.mark.cluster
+def test_the_data_pods_wait_for_the_learner_to_pick_the_node(
+    kube_cluster: Any, kube: Kube, kube_namespace: str
+) -> None:
+    """Before, every data pod carried the label its affinity selected: the first scheduled (a
+    small tensorplex) picked the node and the learner could stay Pending there for good. Now
+    the followers, created first here, wait until the learner has a node, then join it."""
+    from surreal_kube.launch.kube.placement.pools import discover_pools
+
+    exp = exp_of("exp-anchor")
+    objects = render_experiment(exp, kube_namespace, images=IMAGES, profile=discover_pools(kube))
+    learner = [
+        o
+        for o in objects
+        if o["metadata"]["name"] == "exp-anchor-learner" and o["kind"] == "Deployment"
+    ]
+    assert len(learner) == 1
+    create_objects(kube, [o for o in objects if o not in learner], kube_namespace)
+    selector = naming.experiment_selector("exp-anchor")
+
+    def followers_refused() -> list[dict[str, Any]]:
+        pods = kube.list(POD, kube_namespace, labels=selector)
+        data = [p for p in pods if p["metadata"]["labels"].get(DATA_LABEL) == "follower"]
+        tried = [
+            p
+            for p in data
+            if any(
+                c.get("type") == "PodScheduled" and c.get("reason") == "Unschedulable"
+                for c in (p.get("status") or {}).get("conditions") or []
+            )
+        ]
+        return data if data and len(tried) == len(data) else []
+
+    waiting = wait_for("the scheduler to hold the followers", followers_refused, timeout=120)
+    assert {p["metadata"]["labels"]["app.kubernetes.io/component"] for p in waiting} == (
+        DATA_GROUPS - {"learner"}
+    )
+    assert not any(p["spec"].get("nodeName") for p in waiting)
+    create_objects(kube, learner, kube_namespace)
+    want = 6 + 2 + exp.spec.agents.groups
+
+    def running() -> list[dict[str, Any]]:
+        pods = kube.list(POD, kube_namespace, labels=selector)
+        ok = [p for p in pods if (p.get("status") or {}).get("phase") == "Running"]
+        return ok if len(ok) == want else []
+
+    pods = wait_for("every pod Running", running, timeout=180)
+    nodes = {
+        p["metadata"]["labels"]["app.kubernetes.io/component"]: p["spec"]["nodeName"]
+        for p in pods
+        if p["metadata"]["labels"]["app.kubernetes.io/component"] in DATA_GROUPS
+    }
+    assert set(nodes.values()) == {nodes["learner"]}, nodes
 
 
 @pytest.fixture

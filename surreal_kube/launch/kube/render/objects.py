@@ -10,10 +10,11 @@ templates print and nothing else decides a name, a port or an address:
   tensorboard reads the events, evals write videos and status files. Only those pods mount it
   (profile.DATA_COMPONENTS); agents, replay and ps get an emptyDir at the same path for their
   status files, which nothing reads on a cluster. So the default claim is ReadWriteOnce, which
-  any default StorageClass serves, and the pods that mount it carry the label `surreal.ai/data`
-  and a required podAffinity to pods with it (topologyKey kubernetes.io/hostname): the first to
-  be scheduled goes where placement says, the others join it, and a restarted learner comes
-  back to the node that holds the volume. With a ReadWriteMany claim or NFS there is no
+  any default StorageClass serves. The learner, the largest of those pods, anchors it (label
+  `surreal.ai/data: anchor`) and the others (`follower`) have a required podAffinity to it
+  (topologyKey kubernetes.io/hostname): the learner goes where placement says (the claim binds
+  to its node), the others wait for it and join it; a rescheduled learner prefers the node where
+  its followers run, which holds the volume. With a ReadWriteMany claim or NFS there is no
   affinity and they may spread. The claim is not owned unless the profile says `retain: false`,
   so the data outlives `delete` (which says so) unless `delete --delete-data`;
 - the progress channel: a ConfigMap `<exp>-progress` (no data until tensorplex writes its record)
@@ -75,7 +76,12 @@ REPORTER_ROLE = "tensorplex"
 """The role that writes the progress record (it receives every role's metrics)."""
 TOKEN_SECONDS = 3600
 DATA_LABEL = "surreal.ai/data"
-"""On the pods that mount a node-local experiment volume: their podAffinity selects it."""
+"""On the pods that mount a node-local experiment volume: "anchor" (the learner) or "follower";
+the followers' required podAffinity selects the anchor."""
+DATA_ANCHOR = "learner"
+"""The data pod that picks the node: the largest (its CPUs, maybe a GPU). When every data pod
+carried the label, the first scheduled picked the node (a pod matching its own required term
+may go anywhere) and the learner could stay Pending for good beside a small tensorplex."""
 HOSTNAME_TOPOLOGY = "kubernetes.io/hostname"
 SAFE_TO_EVICT_ANNOTATION = "cluster-autoscaler.kubernetes.io/safe-to-evict"
 PINNED_COMPONENTS = ("learner", "replay")
@@ -501,9 +507,17 @@ class _Context:
         labels = self._labels(group.name)
         affinity = None
         if group.name in self.together:
-            labels[DATA_LABEL] = "true"
+            anchor = group.component == DATA_ANCHOR
+            labels[DATA_LABEL] = "anchor" if anchor else "follower"
             affinity = {
-                "labels": {naming.EXPERIMENT_LABEL: self.name, DATA_LABEL: "true"},
+                # the anchor prefers where its followers already run (a learner rescheduled
+                # while they live: a ReadWriteOnce disk attaches to one node); on the first
+                # start they are Pending, so it is placed on its own merits
+                "required": not anchor,
+                "labels": {
+                    naming.EXPERIMENT_LABEL: self.name,
+                    DATA_LABEL: "follower" if anchor else "anchor",
+                },
                 "topology_key": HOSTNAME_TOPOLOGY,
             }
         reports = self.profile.progress_reporter and any(p.role == REPORTER_ROLE for p in processes)
