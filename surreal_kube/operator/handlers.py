@@ -42,7 +42,7 @@ from surreal_kube.launch.kube.api.client import (
     resource,
 )
 from surreal_kube.launch.kube.status.summary import failure_seen
-from surreal_kube.operator import reconcile
+from surreal_kube.operator import apply, status
 from surreal_kube.operator.podwatch import SELECTOR, Watcher
 
 log = logging.getLogger(__name__)
@@ -117,14 +117,14 @@ def apply_spec(
     """
     obj = plain(body)
     meta = obj["metadata"]
-    if reconcile.is_failed(obj):
+    if status.is_failed(obj):
         logger.info("experiment is Failed; not applying (delete and recreate it to retry)")
         return
-    if reason == "create" and reconcile.applied_generation(obj) == meta.get("generation"):
+    if reason == "create" and status.applied_generation(obj) == meta.get("generation"):
         logger.info("already applied at generation %s; not applying again", meta.get("generation"))
         return
     try:
-        pruned = reconcile.apply_experiment(memo.kube, obj, memo.config)
+        pruned = apply.apply_experiment(memo.kube, obj, memo.config)
     except SpecError as exc:
         _refuse(memo, obj, "InvalidSpec", str(exc))
         raise kopf.PermanentError(f"invalid experiment: {exc}") from exc
@@ -143,10 +143,10 @@ def apply_spec(
 
 def _refuse(memo: kopf.Memo, obj: Mapping[str, Any], reason: str, message: str) -> None:
     try:
-        reconcile.set_conditions(
+        status.set_conditions(
             memo.kube,
             obj,
-            [reconcile.condition("Applied", "False", reason, message)],
+            [status.condition("Applied", "False", reason, message)],
             extra={"phase": "Pending", "reason": message},
         )
     except KubeError as exc:  # the status is best effort here; the error itself is raised
@@ -156,7 +156,7 @@ def _refuse(memo: kopf.Memo, obj: Mapping[str, Any], reason: str, message: str) 
 def start_resync(memo: kopf.Memo, **_: Any) -> None:
     """Operator start: begin the pod, node and children's watches and the periodic resync
     (recreate what disappeared, refresh status)."""
-    reconcile.warm_up()
+    apply.warm_up()
     memo.podwatch.start()
     for watcher in memo.get("childwatches") or []:
         watcher.start()
@@ -175,7 +175,7 @@ def pod_changed(memo: kopf.Memo, type: str | None, pod: Mapping[str, Any]) -> No
     memo.pods.observe(type, pod)
     if failure_seen(pod):
         try:
-            if reconcile.record_failure(memo.kube, meta["namespace"], name, dict(pod)):
+            if status.record_failure(memo.kube, meta["namespace"], name, dict(pod)):
                 log.warning("pod %s failed; counted as a restart of %s", meta["name"], name)
         except KubeError as exc:  # its next event (at the latest its DELETED) counts it then
             log.warning("cannot count the failure of pod %s yet: %s", meta.get("name"), exc)
@@ -213,10 +213,10 @@ def _recreate(memo: kopf.Memo, kind: str, meta: Mapping[str, Any]) -> None:
             obj is None
             or obj["metadata"].get("uid") != owner.get("uid")
             or obj["metadata"].get("deletionTimestamp")
-            or reconcile.is_failed(obj)
+            or status.is_failed(obj)
         ):
             return
-        recreated = reconcile.ensure(memo.kube, obj, memo.config)
+        recreated = apply.ensure(memo.kube, obj, memo.config)
     except (SpecError, KubeError) as exc:
         log.warning("cannot recreate %s/%s: %s", kind, meta.get("name"), exc)
         return

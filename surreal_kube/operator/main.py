@@ -107,7 +107,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     from surreal_kube.launch.kube.api import slim
     from surreal_kube.launch.kube.api.client import NODE, Kube
     from surreal_kube.launch.kube.profile import load_profile
-    from surreal_kube.operator import handlers, reconcile
+    from surreal_kube.operator import handlers
+    from surreal_kube.operator.config import FIELD_MANAGER, Config
+    from surreal_kube.operator.loops import Refresher, Resyncer
     from surreal_kube.operator.nodecache import NodeCache
     from surreal_kube.operator.podcache import PodCache
     from surreal_kube.operator.podwatch import PodWatcher, Watcher
@@ -116,9 +118,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         kube = Kube(
             kubeconfig=args.kubeconfig,
             context=args.context,
-            field_manager=reconcile.FIELD_MANAGER,
+            field_manager=FIELD_MANAGER,
         )
-        config = reconcile.Config(
+        config = Config(
             learner_max_restarts=args.learner_max_restarts,
             resync_seconds=args.resync,
             profile=load_profile(args.profile) if args.profile else None,
@@ -137,8 +139,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         kube=kube,
         config=config,
         pods=pods,
-        refresher=reconcile.Refresher(kube, config, pods=pods),
-        resyncer=reconcile.Resyncer(kube, config, watched, pods=pods),
+        refresher=Refresher(kube, config, pods=pods),
+        resyncer=Resyncer(kube, config, watched, pods=pods),
     )
     memo.podwatch = PodWatcher(
         kube, watched, lambda kind, pod: handlers.pod_changed(memo, kind, pod)

@@ -13,7 +13,8 @@ from surreal_kube.launch.kube import naming
 from surreal_kube.launch.kube.api import watch as kube_watch
 from surreal_kube.launch.kube.api.client import NODE, Kube, resource
 from surreal_kube.launch.kube.placement.pools import discover_pools
-from surreal_kube.operator import reconcile
+from surreal_kube.operator import apply as operator_apply
+from surreal_kube.operator.config import Config
 from surreal_kube.operator.nodecache import NodeCache
 from surreal_kube.operator.podwatch import PodWatcher, Watcher
 from tests.operator.support import connect, wait_for
@@ -99,8 +100,8 @@ def test_the_node_watch_keeps_the_pools_without_a_list_of_nodes(kube_cluster, ku
         assert {n["metadata"]["name"] for n in nodes} == listed
 
         counting = CountingKube(kubeconfig=kube_cluster.kubeconfig, namespace=kube_namespace)
-        config = reconcile.Config(nodes=cache)
-        pools = reconcile.profile(counting, config).pools  # type: ignore[union-attr]
+        config = Config(nodes=cache)
+        pools = operator_apply.profile(counting, config).pools  # type: ignore[union-attr]
         assert pools == discover_pools(kube).pools
         assert not [p for p in counting.paths if p.endswith("/nodes")], counting.paths
 
@@ -123,11 +124,11 @@ def test_the_node_watch_keeps_the_pools_without_a_list_of_nodes(kube_cluster, ku
 
         wait_for("the new node in the cache", lambda: extra in held(), timeout=30)
         assert cache.nodes()[1] > generation  # type: ignore[index]
-        pools = reconcile.profile(counting, config).pools  # type: ignore[union-attr]
+        pools = operator_apply.profile(counting, config).pools  # type: ignore[union-attr]
         assert "watch-test-pool" in {p.name for p in pools}
         kube.delete(NODE, extra)
         wait_for("the node gone from the cache", lambda: extra not in held(), timeout=30)
-        pools = reconcile.profile(counting, config).pools  # type: ignore[union-attr]
+        pools = operator_apply.profile(counting, config).pools  # type: ignore[union-attr]
         assert "watch-test-pool" not in {p.name for p in pools}
         assert not [p for p in counting.paths if p.endswith("/nodes")], counting.paths
     finally:

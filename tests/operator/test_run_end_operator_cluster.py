@@ -1,4 +1,4 @@
-"""The operator and a finished run, against the test control plane: its reconcile step (in this
+"""The operator and a finished run, against the test control plane: its apply and status (in this
 process) must not scale a finished experiment's workloads back up, and reports it Succeeded.
 
 Before, an operator restart (kopf resumes every Experiment: apply again), a spec edit or a resync
@@ -19,7 +19,9 @@ from surreal_kube.launch.kube import naming
 from surreal_kube.launch.kube.api.client import EXPERIMENT, resource
 from surreal_kube.launch.kube.profile import load_profile
 from surreal_kube.launch.kube.render.custom_resource import experiment_object
-from surreal_kube.operator import reconcile
+from surreal_kube.operator import apply as operator_apply
+from surreal_kube.operator import status as operator_status
+from surreal_kube.operator.config import Config
 from tests.launch.kube.reporter_support import write_progress
 from tests.operator.support import (
     SPEC_IMAGES,
@@ -50,8 +52,8 @@ def test_a_finished_experiment_is_not_scaled_back_up_and_is_succeeded(
     ensure_crd(kube)
     sets = [*SPEC_IMAGES, *(a for a in TINY if a != "--set"), "agents.count=2"]
     obj = kube.apply(experiment_object(resolve_experiment(name, sets=sets), ns))
-    config = reconcile.Config(profile=load_profile(profile_file(tmp_path)), read_nodes=False)
-    reconcile.apply_experiment(kube, obj, config)
+    config = Config(profile=load_profile(profile_file(tmp_path)), read_nodes=False)
+    operator_apply.apply_experiment(kube, obj, config)
     running = replicas(kube, name)
     assert running[f"{name}-agents"] == 2 and running[f"{name}-learner"] == 1
 
@@ -69,15 +71,15 @@ def test_a_finished_experiment_is_not_scaled_back_up_and_is_succeeded(
         kube.patch(res, workload, {"spec": {"replicas": 0}}, sub="scale")
 
     # an operator restart applies again; a deleted workload is recreated: all at 0
-    reconcile.apply_experiment(kube, kube.get(EXPERIMENT, name), config)
+    operator_apply.apply_experiment(kube, kube.get(EXPERIMENT, name), config)
     assert set(replicas(kube, name).values()) == {0}
     kube.delete(DEPLOY, naming.object_name(name, "learner"))
-    assert reconcile.ensure(kube, kube.get(EXPERIMENT, name), config) == [
+    assert operator_apply.ensure(kube, kube.get(EXPERIMENT, name), config) == [
         f"Deployment/{name}-learner"
     ]
     assert set(replicas(kube, name).values()) == {0}
 
-    st = reconcile.refresh(kube, ns, name, config)
+    st = operator_status.refresh(kube, ns, name, config)
     assert st is not None and st.phase == "Succeeded"
     reported = kube.get(EXPERIMENT, name)["status"]
     assert reported["phase"] == "Succeeded" and reported["evalReturn"] == 9.5
@@ -87,6 +89,6 @@ def test_a_finished_experiment_is_not_scaled_back_up_and_is_succeeded(
     assert conditions["Succeeded"]["reason"] == "BudgetReached"
     # the phase alone holds it too (the record's ConfigMap could be gone): still 0, Succeeded
     kube.delete(resource("v1", "ConfigMap"), naming.progress_name(name))
-    reconcile.apply_experiment(kube, kube.get(EXPERIMENT, name), config)
+    operator_apply.apply_experiment(kube, kube.get(EXPERIMENT, name), config)
     assert set(replicas(kube, name).values()) == {0}
-    assert reconcile.refresh(kube, ns, name, config).phase == "Succeeded"  # type: ignore[union-attr]
+    assert operator_status.refresh(kube, ns, name, config).phase == "Succeeded"  # type: ignore[union-attr]

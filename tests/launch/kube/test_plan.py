@@ -31,7 +31,8 @@ from surreal_kube.launch.kube.profile import load_profile, profile_from_dict
 from surreal_kube.launch.kube.render import objects as render
 from surreal_kube.launch.kube.render.custom_resource import experiment_object, resolve_object
 from surreal_kube.launch.kube.render.objects import dump_objects
-from surreal_kube.operator import reconcile
+from surreal_kube.operator import apply as operator_apply
+from surreal_kube.operator.config import Config as OperatorConfig
 
 ROOT = Path(__file__).resolve().parents[3]
 IMAGES = {
@@ -171,8 +172,8 @@ def test_the_operators_reconcile_renders_once_from_the_same_plan(
     obj["metadata"]["uid"] = "0f1e2d3c-aaaa-bbbb-cccc-000000000001"
     calls.clear()
     # an operator whose own profile differs: the object's profile wins, key by key
-    config = reconcile.Config(profile=load_profile(operator_profile), read_nodes=False)
-    ours = reconcile.plan_of(None, obj, config)
+    config = OperatorConfig(profile=load_profile(operator_profile), read_nodes=False)
+    ours = operator_apply.plan_of(None, obj, config)
     assert calls == {"make_plan": 1, "build_topology": 1, "render_text": 1}
     for obj_ in ours.objects[1:]:
         (ref,) = obj_["metadata"]["ownerReferences"]
@@ -191,19 +192,19 @@ def test_without_a_profile_the_operators_applies_and_a_partial_one_replaces_its_
     tmp_path: Path,
 ) -> None:
     _, operator_profile = files(tmp_path)
-    config = reconcile.Config(profile=load_profile(operator_profile), read_nodes=False)
+    config = OperatorConfig(profile=load_profile(operator_profile), read_nodes=False)
     exp = resolve_experiment(
         "exp-kubectl", sets=[f"images.cpu.image={IMAGES['cpu']}", "images.cpu.build=null"]
     )
     obj = experiment_object(exp, "rl")  # as kubectl applies it: no spec.profile
     obj["metadata"]["uid"] = "uid-1"
     assert "profile" not in obj["spec"]
-    plain = pod_specs(reconcile.plan_of(None, obj, config).objects)
+    plain = pod_specs(operator_apply.plan_of(None, obj, config).objects)
     for spec in plain.values():
         assert spec["imagePullSecrets"] == [{"name": "operator-secret"}]
     assert experiment_volume(plain["exp-kubectl-learner"]) == {"name": "experiment", "emptyDir": {}}
     obj["spec"]["profile"] = {"imagePullSecrets": ["mine"]}
-    partial = reconcile.plan_of(None, obj, config)
+    partial = operator_apply.plan_of(None, obj, config)
     assert partial.profile.image_pull_secrets == ["mine"]
     assert partial.profile.experiment_volume.kind == "emptyDir"  # not given: the operator's
     assert to_document(resolve_object(obj)) == to_document(exp)  # the spec the roles read
@@ -222,10 +223,10 @@ def test_merge_profiles_is_key_by_key_and_a_bad_profile_names_its_field() -> Non
     obj = experiment_object(resolve_experiment("exp-bad"), "rl")
     obj["spec"]["profile"] = ["not", "a", "mapping"]
     with pytest.raises(SpecError, match=r"spec\.profile: must be a mapping"):
-        reconcile.plan_of(
+        operator_apply.plan_of(
             None,
             {**obj, "metadata": {**obj["metadata"], "uid": "u"}},
-            reconcile.Config(read_nodes=False),
+            OperatorConfig(read_nodes=False),
         )
 
 
@@ -268,8 +269,8 @@ def test_a_create_through_the_operator_plans_once_here_and_renders_only_in_the_o
     # CLI's profile (its own says otherwise)
     calls.clear()
     obj = kube.get(EXPERIMENT, name)
-    config = reconcile.Config(profile=load_profile(operator_profile))
-    reconcile.apply_experiment(kube, obj, config)
+    config = OperatorConfig(profile=load_profile(operator_profile))
+    operator_apply.apply_experiment(kube, obj, config)
     assert calls == {"make_plan": 1, "build_topology": 1, "render_text": 1}
     workloads = [
         o

@@ -1,0 +1,227 @@
+"""What the operator applies for one `Experiment`, independent of kopf.
+
+- `plan_of`: the one plan of the object (`launch/kube/plan.py`), owned by it, with the profile
+  the operator resolves (`profile`) and the images it may use (`default_images`).
+- `apply_experiment`: server-side apply the plan's objects and prune what the spec no longer
+  has; the `Applied` condition says so. Idempotent: an operator killed half-way simply applies
+  again on restart.
+- `ensure`: recreate the objects that disappeared (someone deleted a StatefulSet or a Service).
+
+Errors are ours (SpecError, KubeError ...); the handlers turn them into kopf's retry decisions.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from surreal_kube.errors import SpecError, SurrealKubeError
+from surreal_kube.experiment.progress import STATE_FINISHED
+from surreal_kube.experiment.spec import Experiment
+from surreal_kube.launch.kube import naming
+from surreal_kube.launch.kube.api.client import Kube, resource
+from surreal_kube.launch.kube.lifecycle import apply as kube_apply
+from surreal_kube.launch.kube.placement import pools
+from surreal_kube.launch.kube.plan import (
+    ImageChooser,
+    Plan,
+    make_plan,
+    merge_profiles,
+    object_profile,
+)
+from surreal_kube.launch.kube.profile import ClusterProfile
+from surreal_kube.launch.kube.render import custom_resource
+from surreal_kube.launch.kube.status import progress as kube_progress
+from surreal_kube.operator.config import Config
+from surreal_kube.operator.status import condition, set_conditions
+
+PROFILE_TTL = 60.0
+"""Seconds a discovered cluster profile (node pools) is reused when there is no node watch."""
+
+
+@dataclass
+class _Cache:
+    profiles: dict[str, tuple[ClusterProfile | None, tuple[str, float]]] = field(
+        default_factory=dict
+    )
+    """The profile's JSON -> (with the live pools, from what: ("watch", the nodes' generation)
+    or ("list", when))."""
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+
+_profile_cache = _Cache()
+
+
+def owner_of(obj: Mapping[str, Any]) -> dict[str, str]:
+    """The owner reference of everything the experiment's plan makes: deleting the `Experiment`
+    deletes them all, without the operator (it puts no finalizer on it)."""
+    meta = obj["metadata"]
+    return {
+        "apiVersion": obj["apiVersion"],
+        "kind": obj["kind"],
+        "name": meta["name"],
+        "uid": meta["uid"],
+    }
+
+
+def profile(
+    kube: Kube | None, config: Config, obj: Mapping[str, Any] | None = None
+) -> ClusterProfile | None:
+    """The profile to render `obj` with: the operator's, with the object's `spec.profile` keys
+    over it (`plan.merge_profiles`), pools discovered when it lists none (cached a minute).
+    kube None: no nodes are read."""
+    base = merge_profiles(config.profile, object_profile(obj) if obj is not None else None)
+    if kube is None or not config.read_nodes:
+        return base  # no pools listed: placement is the scheduler's (--no-read-nodes)
+    if base is not None and base.pools:
+        return pools.effective_profile(None, base, check_fit=True, read_nodes=False)
+    key = base.model_dump_json() if base is not None else ""
+    held = config.held_nodes()
+    with _profile_cache.lock:
+        cached, (source, stamp) = _profile_cache.profiles.get(key, (None, ("", 0.0)))
+        if held is not None:  # the watch's nodes: valid until a node changes
+            fresh = source == "watch" and stamp == held[1]
+        else:
+            fresh = source == "list" and time.monotonic() - stamp <= PROFILE_TTL
+        if cached is None or not fresh:
+            if len(_profile_cache.profiles) > 64:  # many experiments, many profiles: bounded
+                _profile_cache.profiles.clear()
+            if held is not None:
+                cached = pools.effective_profile(kube, base, check_fit=True, nodes=held[0])
+                _profile_cache.profiles[key] = (cached, ("watch", float(held[1])))
+            else:
+                cached = pools.effective_profile(kube, base, check_fit=True)
+                _profile_cache.profiles[key] = (cached, ("list", time.monotonic()))
+        return cached
+
+
+def default_images(config: Config) -> ImageChooser:
+    """The operator's image stage: prebuilt images as the spec names them, else its defaults.
+
+    It cannot build: a build without a default is refused with what to do instead.
+    """
+
+    def choose(exp: Experiment, keys: list[str]) -> dict[str, str]:
+        refs = {}
+        for key in keys:
+            spec = exp.spec.images[key]
+            ref = spec.image or config.default_images.get(key)
+            if not ref:
+                raise SpecError(
+                    f"spec.images.{key}: the operator cannot build images; name a prebuilt "
+                    f"image (spec.images.{key}.image), set the operator's default "
+                    f"(--default-image {key}=REF, Helm value experimentImages.{key}), or create "
+                    "the experiment with `surreal-kube create`, which builds the images and "
+                    "pins their tags"
+                )
+            refs[key] = ref
+        return refs
+
+    return choose
+
+
+def plan_of(kube: Kube | None, obj: Mapping[str, Any], config: Config) -> Plan:
+    """The one plan of an `Experiment` object (`launch/kube/plan.py`), owned by it: the same
+    plan `surreal-kube create` makes for the same spec and profile."""
+    exp = custom_resource.resolve_object(obj)
+    return make_plan(
+        exp,
+        obj["metadata"]["namespace"],
+        profile=profile(kube, config, obj),
+        images=default_images(config),
+        owner=owner_of(obj),
+    )
+
+
+def desired(kube: Kube, obj: Mapping[str, Any], config: Config) -> tuple[Experiment, list[dict]]:
+    """The resolved experiment and every object it should have, owned by `obj`."""
+    plan = plan_of(kube, obj, config)
+    return plan.exp, plan.objects
+
+
+def released(kube: Kube, obj: Mapping[str, Any], objects: list[dict]) -> list[dict]:
+    """The objects with every workload at 0 replicas when the run finished.
+
+    tensorplex scaled them to 0 at the end of the run (runtime/conductor.py); applying the spec's
+    replica counts again (an operator restart resumes every experiment, a spec edit, a resync
+    recreating a deleted workload) would start a finished run's pods once more. Re-rendering
+    with 0 replicas, rather than skipping the workloads, keeps them converged to the spec in
+    everything else and recreates a deleted one at 0.
+    """
+    meta = obj["metadata"]
+    done = (obj.get("status") or {}).get("phase") == "Succeeded"
+    if not done:
+        record = kube_progress.read(kube, meta["name"], meta["namespace"])
+        done = record is not None and record.state == STATE_FINISHED
+    if not done:
+        return objects
+    for o in objects:
+        if o["kind"] in ("Deployment", "StatefulSet"):
+            o["spec"]["replicas"] = 0
+    return objects
+
+
+def apply_experiment(kube: Kube, obj: Mapping[str, Any], config: Config) -> list[str]:
+    """Apply everything the experiment should have and prune the rest; what was pruned."""
+    exp, objects = desired(kube, obj, config)
+    objects = released(kube, obj, objects)
+    namespace = obj["metadata"]["namespace"]
+    restarts = restarted_by_edit(kube, exp, namespace)
+    kube_apply.apply_objects(kube, objects, namespace)
+    pruned = kube_apply.prune(kube, exp.metadata.name, objects, namespace)
+    message = f"{len(objects)} objects applied"
+    if restarts:
+        message += f"; restarting {restarts}"
+    set_conditions(
+        kube,
+        obj,
+        [condition("Applied", "True", "Applied", message)],
+        observed_generation=obj["metadata"].get("generation"),
+    )
+    return pruned
+
+
+def warm_up() -> None:
+    """What the first create would otherwise pay for, done at operator start: the templates'
+    compilation and the imports the reconcile makes lazily."""
+    from surreal_kube.experiment import reads  # noqa: F401 - restarted_by_edit's
+    from surreal_kube.launch.kube.render.objects import compile_templates
+
+    compile_templates()
+
+
+def restarted_by_edit(kube: Kube, exp: Experiment, namespace: str) -> str:
+    """Which components a spec edit restarts, and why (reads.py), from the live ConfigMap's spec.
+
+    Their pod templates carry a new config digest, so Kubernetes rolls them; this only says so,
+    in the Applied condition, because a restarted learner is worth knowing about.
+    """
+    from surreal_kube.experiment.reads import changed_components, describe_changes
+    from surreal_kube.experiment.resolve import load_yaml_text, validate_document
+    from surreal_kube.launch.kube.render.objects import CONFIG_KEY
+
+    live = kube.get_or_none(
+        resource("v1", "ConfigMap"), naming.config_name(exp.metadata.name), namespace
+    )
+    text = ((live or {}).get("data") or {}).get(CONFIG_KEY)
+    if not text:
+        return ""
+    try:
+        before = validate_document(load_yaml_text(text, "the live ConfigMap"))
+    except SurrealKubeError:
+        return ""  # written by another version: nothing to compare against
+    return describe_changes(changed_components(before, exp))
+
+
+def ensure(kube: Kube, obj: Mapping[str, Any], config: Config) -> list[str]:
+    """Recreate desired objects that are missing; their names."""
+    _, objects = desired(kube, obj, config)
+    objects = released(kube, obj, objects)
+    namespace = obj["metadata"]["namespace"]
+    gone = kube_apply.missing(kube, objects, namespace)
+    if gone:
+        kube_apply.apply_objects(kube, gone, namespace)
+    return [f"{o['kind']}/{o['metadata']['name']}" for o in gone]
