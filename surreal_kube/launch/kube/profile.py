@@ -31,6 +31,7 @@ from surreal_kube.experiment.quantity import (
     CpuQuantity,
     MemoryQuantity,
     parse_memory,
+    parse_quantity,
     to_millicpu,
 )
 from surreal_kube.schema import SpecModel
@@ -305,8 +306,8 @@ def pools_from_nodes(nodes: Iterable[Mapping[str, Any]]) -> list[NodePool]:
         alloc = [m.get("allocatable") or {} for m in members]
         cpu = min(to_millicpu(str(a.get("cpu", "0") or "0")) or 0 for a in alloc)
         memory = min(parse_memory(str(a.get("memory", "1") or "1")) for a in alloc)
-        gpus = min(int(str(a.get(GPU_RESOURCE, "0"))) for a in alloc)
-        pods = min(int(str(a.get("pods", "110"))) for a in alloc)
+        gpus = min(int(parse_quantity(str(a.get(GPU_RESOURCE, "0")))) for a in alloc)
+        pods = min(int(parse_quantity(str(a.get("pods", "110")))) for a in alloc)
         taint_sets = [
             {(t.get("key"), t.get("value"), t.get("effect")) for t in m.get("taints") or []}
             for m in members
