@@ -111,6 +111,9 @@ class ParameterPublisher:
         self._ready = threading.Event()
         self._error: BaseException | None = None
         self.published = 0
+        """Publications sent (resends included)."""
+        self.subscriptions = 0
+        """Subscriptions received: each asks for a resend, coalesced (see RESEND_SECONDS)."""
         self.info: ParameterInfo | None = None
         self.addr = bind
         """The bound address (a wildcard port resolved)."""
@@ -135,8 +138,7 @@ class ParameterPublisher:
         Raises CommError if the publishing thread died: a learner that went on learning for
         nobody kept its heartbeat, and agents acted on old parameters for good.
         """
-        if not self._thread.is_alive() and not self._closing:
-            raise wire.CommError(f"the parameter publisher's thread died: {self._died}")
+        self.check()
         arrays = {k: np.array(v, copy=True) if copy else np.asarray(v) for k, v in params.items()}
         info = ParameterInfo(int(iteration), content_hash(arrays), time.time(), int(env_steps))
         meta = {
@@ -152,6 +154,16 @@ class ParameterPublisher:
             self.info = info
             self._wake()
         return info
+
+    def check(self) -> None:
+        """Raise CommError if the publishing thread died.
+
+        `publish` checks too, but a learner waiting for batches publishes nothing: it must ask
+        every turn, or it outlives its publisher (no republish, no parameters for a restarted
+        parameter-server shard) with its heartbeat going.
+        """
+        if not self._thread.is_alive() and not self._closing:
+            raise wire.CommError(f"the parameter publisher's thread died: {self._died}")
 
     def _run(self) -> None:
         try:
@@ -182,7 +194,9 @@ class ParameterPublisher:
                 events = dict(poller.poll(int(max(0.0, wait) * 1000)))
                 if sock in events:
                     while sock.poll(0):
-                        wanted |= sock.recv()[:1] == b"\x01"  # \x00: an unsubscribe
+                        if sock.recv()[:1] == b"\x01":  # \x00: an unsubscribe
+                            wanted = True
+                            self.subscriptions += 1
                 if self._wake_r in events:
                     os.read(self._wake_r, 4096)
                 with self._lock:

@@ -245,6 +245,7 @@ class LearnerRole(RoleBase):
         heartbeat = Heartbeat.from_env()  # the liveness probe's: see runtime.lifecycle
         while not self.stop.is_set():
             heartbeat.beat()  # each turn, waiting included; an update or checkpoint stuck: none
+            self.publisher.check()  # a dead publisher thread ends the role (exit 1), waiting or not
             t0 = time.monotonic()
             msg = self.prefetcher.get(timeout=0.2)
             self.wait_seconds += time.monotonic() - t0
