@@ -7,10 +7,11 @@ pod events of a create the same way, with the scheduler and kwok waiting for the
 decodes against a schema and skips every field the schema does not name without building it, an
 order of magnitude faster (`bench/scale.py` times `status`).
 
-The same schema says what `slim_pod` and `slim_node` keep (every key it names, but the
-`resourceVersion` a watch resumes from): the copies the operator's caches hold and that status
-reads. Each decoded object still passes through those, so the result is the same dict either
-way; a field added to the schema is kept by both.
+The same schema says what `slim_pod` and `slim_node` keep (every key it names, of the
+annotations only the progress one, and not the `resourceVersion` a watch resumes from): the
+copies the operator's caches hold and that status reads. Each decoded object still passes
+through those, so the result is the same dict either way; a field added to the schema is kept by
+both.
 
 Anything that does not fit the schema (a watch's ERROR event, whose object is a Status; a
 server that answers something unexpected) is decoded again in full with `json`, so nothing is
