@@ -25,7 +25,7 @@ node: controlplane
 
 # After the control plane (the Go toolchain it may have fetched), one add-on at a time.
 cluster-addons: controlplane
-	@bash $(CLUSTER_DIR)/build-addons.sh karpenter kube-router >/dev/null
+	@bash $(CLUSTER_DIR)/build-addons.sh karpenter kube-router kueue >/dev/null
 
 # $(STAMP) is the main Makefile's "venv installed" file, when it defines one.
 cluster-up: controlplane node $(STAMP)
