@@ -1,18 +1,38 @@
-"""Replay buffers: FIFO (on-policy PPO), uniform ring buffer and prioritized proportional replay.
+"""Replay storage, one for the in-process trainer and for the replay shards: a columnar ring.
 
-All three store flat `ArrayDict` items and return batches with every key stacked along a new
-leading axis, so a replay shard never needs to know which algorithm produced the items. They are
-numpy-only so the replay process does not import torch.
+Items are kept in preallocated per-key arrays used as a ring. Experience reaches a shard as
+messages of N items stacked along axis 0 (see `comm.experience`); storing them item by item
+would cost N dict and array objects per message and dominate a shard's time. Here a batch costs
+one `memcpy` per key, and a sample one slice (FIFO) or one gather (uniform) per key. Items keep
+their own shape: transitions `(obs_dim,)` or sub-trajectories `(horizon, obs_dim)` alike; every
+batch comes back with each key stacked along a new leading axis, so the storage never needs to
+know which algorithm produced the items.
+
+The layout (keys, dtypes, item shapes) decides what may go in. A replay shard gives it at
+construction, computed from the environment's spaces (`runtime.layout.ItemLayout`), never taken
+from a message: a batch that does not fit raises its `LayoutError` for the shard to count, and
+the storage is the size it will be from the start. The in-process trainer, whose items come from
+its own actors, gives none: the first item sets the layout, later items must have its keys and
+are cast as numpy assigns (`FirstItemLayout`).
+
+Modes (ReplaySpec.kind): `fifo` hands out the oldest items and removes them (on-policy PPO);
+`uniform` samples with replacement and keeps everything until overwritten (DDPG); both drop the
+oldest items when full. `prioritized` adds a sum tree over the ring's slots. Numpy only, so a
+replay shard never imports torch.
 """
 
 from __future__ import annotations
 
-from collections import deque
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Literal, Protocol
 
 import numpy as np
 
 from surreal_kube.rl.interfaces import ArrayDict
 from surreal_kube.rl.segment_tree import SumSegmentTree
+
+Mode = Literal["fifo", "uniform"]
 
 
 def stack_items(items: list[ArrayDict]) -> ArrayDict:
@@ -26,105 +46,216 @@ def stack_items(items: list[ArrayDict]) -> ArrayDict:
     return {key: np.stack([item[key] for item in items]) for key in keys}
 
 
-class FIFOReplay:
+class Layout(Protocol):
+    """What the storage needs of an item layout (`runtime.layout.ItemLayout` is the strict one)."""
+
+    def check(self, arrays: Mapping[str, np.ndarray], count: int) -> None:
+        """Raise (a ValueError) unless `arrays` are `count` stacked items the storage takes."""
+
+    def allocate(self, capacity: int) -> dict[str, np.ndarray]:
+        """Per-key arrays for `capacity` items."""
+
+
+@dataclass(frozen=True)
+class FirstItemLayout:
+    """The layout of the first item stored, for a trainer that gives none: keys are held to it,
+    values cast as numpy assigns (its items come from its own actors, not from strangers)."""
+
+    fields: Mapping[str, tuple[np.dtype, tuple[int, ...]]]
+
+    @classmethod
+    def of(cls, item: Mapping[str, Any]) -> FirstItemLayout:
+        """The layout of one (unstacked) item."""
+        arrays = {k: np.asarray(v) for k, v in item.items()}
+        return cls({k: (v.dtype, v.shape) for k, v in arrays.items()})
+
+    def check(self, arrays: Mapping[str, np.ndarray], count: int) -> None:
+        """Raise ValueError unless `arrays` has exactly the first item's keys."""
+        if arrays.keys() != self.fields.keys():
+            raise ValueError(
+                f"item keys {sorted(arrays.keys())} differ from stored {sorted(self.fields)}"
+            )
+
+    def allocate(self, capacity: int) -> dict[str, np.ndarray]:
+        """Zeroed per-key arrays (pages are taken as they fill)."""
+        return {k: np.zeros((capacity, *shape), dtype) for k, (dtype, shape) in self.fields.items()}
+
+
+class BatchStore(Protocol):
+    """What a replay shard needs from its storage."""
+
+    def add_batch(self, arrays: Mapping[str, np.ndarray], count: int) -> object:
+        """Insert `count` items stacked along axis 0."""
+
+    def __len__(self) -> int:
+        """Items held."""
+
+    def sample(self, batch_size: int) -> ArrayDict:
+        """A batch of `batch_size` items stacked along axis 0."""
+
+
+class ColumnarRing:
+    """A ring of `capacity` items in per-key arrays: the one replay storage (module docstring).
+
+    With a `layout` the arrays are allocated at construction and every batch is checked against
+    it; without one, the first item sets it (`FirstItemLayout`). A slot is where an item stays
+    until it is overwritten or removed; inserts land where adding the items one by one would put
+    them, so a batch and its items one by one leave the same ring.
+    """
+
+    def __init__(
+        self,
+        capacity: int,
+        layout: Layout | None = None,
+        mode: Mode = "fifo",
+        seed: int | None = 0,
+    ) -> None:
+        if capacity < 1:
+            raise ValueError(f"capacity must be >= 1, got {capacity}")
+        if mode not in ("fifo", "uniform"):
+            raise ValueError(f"mode must be 'fifo' or 'uniform', got {mode!r}")
+        self.capacity = capacity
+        self.mode = mode
+        self.layout = layout
+        self._rng = np.random.default_rng(seed)
+        self._data: dict[str, np.ndarray] = {} if layout is None else layout.allocate(capacity)
+        self._start = 0
+        """The slot of the oldest item held."""
+        self._size = 0
+        self.added = 0
+        self.overwritten = 0
+        """Items dropped unsampled because the ring was full."""
+
+    def __len__(self) -> int:
+        return self._size
+
+    def _adopt(self, first: Mapping[str, Any]) -> Layout:
+        """Take the layout of the first item (no layout was given) and allocate for it."""
+        self.layout = FirstItemLayout.of(first)
+        self._data = self.layout.allocate(self.capacity)
+        return self.layout
+
+    def add_batch(self, arrays: Mapping[str, np.ndarray], count: int) -> np.ndarray:
+        """Copy `count` stacked items in, dropping the oldest if the ring is full; their slots."""
+        if count <= 0:
+            return np.zeros(0, dtype=np.int64)
+        layout = self.layout or self._adopt({k: np.asarray(v)[0] for k, v in arrays.items()})
+        layout.check(arrays, count)
+        capacity = self.capacity
+        end = (self._start + self._size) % capacity
+        offset = 0
+        if count > capacity:  # only the newest `capacity` items can survive
+            offset = count - capacity
+            end = (end + offset) % capacity
+        n = count - offset
+        first = min(n, capacity - end)
+        for k, v in arrays.items():
+            if not isinstance(v, np.ndarray):
+                v = np.asarray(v)
+            dst = self._data[k]
+            dst[end : end + first] = v[offset : offset + first]
+            if first < n:
+                dst[: n - first] = v[offset + first : count]
+        self._advance(end + n, n, dropped=offset)
+        self.added += count
+        if first == n:
+            return np.arange(end, end + n)
+        return np.concatenate((np.arange(end, capacity), np.arange(n - first)))
+
+    def add(self, item: Mapping[str, Any]) -> int:
+        """Insert one item (the `ReplayBuffer` interface); its slot."""
+        layout = self.layout or self._adopt(item)
+        if isinstance(layout, FirstItemLayout):  # its check reads the keys only
+            layout.check(item, 1)
+        else:
+            layout.check({k: np.asarray(v)[None] for k, v in item.items()}, 1)
+        slot = (self._start + self._size) % self.capacity
+        for k, v in item.items():
+            self._data[k][slot] = v
+        self._advance(slot + 1, 1)
+        self.added += 1
+        return slot
+
+    def _advance(self, end: int, n: int, dropped: int = 0) -> None:
+        """Count `n` items written up to slot `end` (exclusive; `dropped` never got in)."""
+        self.overwritten += dropped + max(0, self._size + n - self.capacity)
+        self._size = min(self.capacity, self._size + n)
+        self._start = (end - self._size) % self.capacity
+
+    def discard_oldest_below(self, key: str, minimum: int) -> int:
+        """Drop items from the oldest end while their `key` is below `minimum`; how many.
+
+        For on-policy replay: items arrive roughly in the order of their parameter version, so
+        the stale ones are at the oldest end (a stale item behind a fresh one is caught by the
+        learner, which checks every item it gets).
+        """
+        if key not in self._data or self._size == 0:
+            return 0
+        held = self._data[key][(self._start + np.arange(self._size)) % self.capacity]
+        fresh = held.reshape(self._size, -1).min(axis=1) >= minimum
+        n = int(np.argmax(fresh)) if fresh.any() else self._size
+        self._start = (self._start + n) % self.capacity
+        self._size -= n
+        return n
+
+    def gather(self, slots: np.ndarray) -> ArrayDict:
+        """The items at `slots`, stacked (np.take is about twice as fast as fancy indexing)."""
+        return {k: np.take(v, slots, axis=0) for k, v in self._data.items()}
+
+    def sample(self, batch_size: int) -> ArrayDict:
+        """FIFO: the oldest `batch_size` items (at most what is held), removed. Uniform:
+        `batch_size` items drawn with replacement, kept."""
+        if self._size == 0:
+            raise ValueError("cannot sample from an empty replay")
+        if self.mode == "fifo":
+            n = min(batch_size, self._size)
+            start = self._start
+            if start + n <= self.capacity:
+                out = {k: v[start : start + n].copy() for k, v in self._data.items()}
+            else:
+                out = self.gather((start + np.arange(n)) % self.capacity)
+            self._start = (start + n) % self.capacity
+            self._size -= n
+            return out
+        idx = self._rng.integers(0, self._size, batch_size)
+        if self._start and self._size < self.capacity:  # the items held wrap around the end
+            idx = (idx + self._start) % self.capacity
+        return self.gather(idx)
+
+
+class FIFOReplay(ColumnarRing):
     """First in, first out; `sample` removes what it returns (each item is learned from once).
 
     On-policy PPO wants the freshest experience and never reuses it, so a full buffer drops its
     oldest items rather than blocking the agents.
     """
 
-    def __init__(self, capacity: int) -> None:
-        if capacity < 1:
-            raise ValueError(f"capacity must be >= 1, got {capacity}")
-        self.capacity = capacity
-        self._items: deque[ArrayDict] = deque(maxlen=capacity)
-        self.dropped = 0
+    def __init__(self, capacity: int, layout: Layout | None = None) -> None:
+        super().__init__(capacity, layout, "fifo")
 
-    def add(self, item: ArrayDict) -> None:
-        """Append an item (dropping the oldest when full)."""
-        if len(self._items) == self.capacity:
-            self.dropped += 1
-        self._items.append(item)
-
-    def __len__(self) -> int:
-        return len(self._items)
+    @property
+    def dropped(self) -> int:
+        """Items dropped unlearned because the buffer was full."""
+        return self.overwritten
 
     def sample(self, batch_size: int) -> ArrayDict:
-        """Pop the `batch_size` oldest items as one batch."""
-        if batch_size > len(self._items):
-            raise ValueError(f"asked for {batch_size} items, only {len(self._items)} held")
-        return stack_items([self._items.popleft() for _ in range(batch_size)])
+        """Pop the `batch_size` oldest items as one batch (all of them or none)."""
+        if batch_size > self._size:
+            raise ValueError(f"asked for {batch_size} items, only {self._size} held")
+        return super().sample(batch_size)
 
 
-class UniformReplay:
-    """Ring buffer with uniform sampling (with replacement), preallocated on the first item.
+class UniformReplay(ColumnarRing):
+    """A ring with uniform sampling (with replacement).
 
     Storage is one contiguous array per key rather than a list of dicts: sampling a batch of 512
-    transitions is then one fancy-indexing per key instead of 512 small stacks.
+    transitions is then one gather per key instead of 512 small stacks.
     """
 
-    def __init__(self, capacity: int, seed: int | None = None) -> None:
-        if capacity < 1:
-            raise ValueError(f"capacity must be >= 1, got {capacity}")
-        self.capacity = capacity
-        self._storage: ArrayDict = {}
-        self._next = 0
-        self._size = 0
-        self._rng = np.random.default_rng(seed)
-
-    def _allocate(self, item: ArrayDict) -> None:
-        for key, value in item.items():
-            value = np.asarray(value)
-            self._storage[key] = np.zeros((self.capacity, *value.shape), dtype=value.dtype)
-
-    def add(self, item: ArrayDict) -> int:
-        """Store an item, overwriting the oldest when full; returns its slot."""
-        if not self._storage:
-            self._allocate(item)
-        if item.keys() != self._storage.keys():
-            raise ValueError(
-                f"item keys {sorted(item.keys())} differ from stored {sorted(self._storage)}"
-            )
-        slot = self._next
-        for key, value in item.items():
-            self._storage[key][slot] = value
-        self._next = (slot + 1) % self.capacity
-        self._size = min(self._size + 1, self.capacity)
-        return slot
-
-    def add_batch(self, arrays: ArrayDict, count: int) -> np.ndarray:
-        """Store `count` items given stacked (as the wire delivers them); returns their slots."""
-        if count <= 0:
-            return np.zeros(0, dtype=np.int64)
-        if not self._storage:
-            self._allocate({k: np.asarray(v)[0] for k, v in arrays.items()})
-        if arrays.keys() != self._storage.keys():
-            raise ValueError(
-                f"item keys {sorted(arrays.keys())} differ from stored {sorted(self._storage)}"
-            )
-        if count > self.capacity:  # only the newest `capacity` items can be kept
-            arrays = {k: np.asarray(v)[count - self.capacity : count] for k, v in arrays.items()}
-            self._next = (self._next + count - self.capacity) % self.capacity
-            count = self.capacity
-        slots = (self._next + np.arange(count)) % self.capacity
-        for key, value in arrays.items():
-            self._storage[key][slots] = np.asarray(value)[:count]
-        self._next = int((self._next + count) % self.capacity)
-        self._size = min(self._size + count, self.capacity)
-        return slots
-
-    def __len__(self) -> int:
-        return self._size
-
-    def gather(self, indices: np.ndarray) -> ArrayDict:
-        """The items at `indices`, stacked."""
-        return {key: value[indices] for key, value in self._storage.items()}
-
-    def sample(self, batch_size: int) -> ArrayDict:
-        """`batch_size` items drawn uniformly with replacement."""
-        if self._size == 0:
-            raise ValueError("cannot sample from an empty replay")
-        return self.gather(self._rng.integers(0, self._size, size=batch_size))
+    def __init__(
+        self, capacity: int, seed: int | None = None, layout: Layout | None = None
+    ) -> None:
+        super().__init__(capacity, layout, "uniform", seed)
 
 
 class PrioritizedReplay(UniformReplay):
@@ -147,8 +278,9 @@ class PrioritizedReplay(UniformReplay):
         beta: float = 0.4,
         eps: float = 1e-6,
         seed: int | None = None,
+        layout: Layout | None = None,
     ) -> None:
-        super().__init__(capacity, seed)
+        super().__init__(capacity, seed, layout)
         tree_capacity = 1
         while tree_capacity < capacity:
             tree_capacity *= 2
@@ -158,19 +290,23 @@ class PrioritizedReplay(UniformReplay):
         self._sum = SumSegmentTree(tree_capacity)
         self._max_priority = 1.0
 
-    def add(self, item: ArrayDict) -> int:
+    def add(self, item: Mapping[str, Any]) -> int:
         """Store an item with the current maximum priority."""
         slot = super().add(item)
-        p = self._max_priority**self.alpha
-        self._sum[slot] = p
+        self._sum[slot] = self._max_priority**self.alpha
         return slot
 
-    def add_batch(self, arrays: ArrayDict, count: int) -> np.ndarray:
+    def add_batch(self, arrays: Mapping[str, np.ndarray], count: int) -> np.ndarray:
         """Store stacked items, each with the current maximum priority."""
         slots = super().add_batch(arrays, count)
         p = self._max_priority**self.alpha
         self._sum[slots] = p
         return slots
+
+    def discard_oldest_below(self, key: str, minimum: int) -> int:
+        """Nothing: prioritized replay keeps its items until they are overwritten (its sum tree
+        covers slots 0 to len - 1), whatever their version."""
+        return 0
 
     def sample_indices(self, batch_size: int) -> np.ndarray:
         """Indices drawn with probability proportional to priority^alpha."""
@@ -206,6 +342,39 @@ class PrioritizedReplay(UniformReplay):
         p = priorities**self.alpha
         self._sum[indices] = p
         self._max_priority = max(self._max_priority, float(priorities.max(initial=0.0)))
+
+
+class ItemBufferAdapter:
+    """Gives a replay buffer without a layout of its own the checks of a shard's `layout`."""
+
+    def __init__(self, buffer: Any, layout: Layout) -> None:
+        self.buffer = buffer
+        self.layout = layout
+
+    def add_batch(self, arrays: Mapping[str, np.ndarray], count: int) -> None:
+        """Check the batch against the layout, then hand it to the buffer (item by item when
+        it takes no batches: views, no copies)."""
+        self.layout.check(arrays, count)
+        extend = getattr(self.buffer, "add_batch", None)
+        if callable(extend):
+            extend(arrays, count)
+            return
+        for i in range(count):
+            self.buffer.add({k: v[i] for k, v in arrays.items()})
+
+    def __len__(self) -> int:
+        return len(self.buffer)
+
+    def sample(self, batch_size: int) -> ArrayDict:
+        """The wrapped buffer's sample."""
+        out: ArrayDict = self.buffer.sample(batch_size)
+        return out
+
+    def update_priorities(self, indices: np.ndarray, priorities: np.ndarray) -> None:
+        """Forward new priorities (prioritized replay only)."""
+        update = getattr(self.buffer, "update_priorities", None)
+        if update is not None:
+            update(indices, priorities)
 
 
 class SampleToInsertRatio:

@@ -34,18 +34,19 @@ import zmq
 from surreal_kube.comm.experience import ON_POLICY_PIPE, ExperienceReceiver
 from surreal_kube.comm.sampling import DEFAULT_REQUEST_TTL, SamplerBroker, SampleServer
 from surreal_kube.experiment.topology import collector
+from surreal_kube.rl.replay import BatchStore, ColumnarRing, ItemBufferAdapter
 from surreal_kube.runtime.base import RoleBase
 from surreal_kube.runtime.context import RoleContext
 from surreal_kube.runtime.layout import (
     PARAM_VERSION,
     ItemLayout,
+    LayoutError,
     batch_bytes,
     experience_bytes,
     item_layout,
     request_bytes,
 )
 from surreal_kube.runtime.lifecycle import Every, RateMeter, StopFlag
-from surreal_kube.runtime.ring import BatchStore, ColumnarRing, ItemBufferAdapter, LayoutError
 from surreal_kube.runtime.status import ProgressFile
 
 log = logging.getLogger(__name__)

@@ -3,7 +3,13 @@
 import numpy as np
 import pytest
 
-from surreal_kube.rl.replay import FIFOReplay, PrioritizedReplay, UniformReplay, stack_items
+from surreal_kube.rl.replay import (
+    ColumnarRing,
+    FIFOReplay,
+    PrioritizedReplay,
+    UniformReplay,
+    stack_items,
+)
 
 
 def item(i: int) -> dict:
@@ -47,11 +53,54 @@ def test_add_batch_equals_adding_one_by_one():
     many.add_batch(stack_items(items[:2]), 2)
     many.add_batch(stack_items(items[2:]), 5)
     for key in ("x", "y"):
-        np.testing.assert_array_equal(one._storage[key], many._storage[key])
-    assert one._next == many._next and len(one) == len(many) == 5
+        np.testing.assert_array_equal(one._data[key], many._data[key])
+    assert one._start == many._start and len(one) == len(many) == 5
     big = UniformReplay(3, seed=0)
     big.add_batch(stack_items(items), 7)  # more than capacity: keeps the newest
-    assert sorted(big._storage["y"].tolist()) == [4, 5, 6]
+    assert sorted(big._data["y"].tolist()) == [4, 5, 6]
+    assert big.overwritten == 4
+
+
+def test_one_storage_for_the_trainer_and_the_shards():
+    """The trainer's buffers are the shards' ring (runtime/replay.py stores in ColumnarRing):
+    one storage, whose batch inserts land where the items one by one would, in either mode."""
+    assert issubclass(FIFOReplay, ColumnarRing) and issubclass(UniformReplay, ColumnarRing)
+    items = [item(i) for i in range(11)]
+    for mode in ("fifo", "uniform"):
+        one, many = ColumnarRing(4, mode=mode), ColumnarRing(4, mode=mode)
+        for it in items:
+            one.add(it)
+        many.add_batch(stack_items(items[:3]), 3)
+        many.add_batch(stack_items(items[3:]), 8)  # twice the capacity in one batch
+        for key in ("x", "y"):
+            np.testing.assert_array_equal(one._data[key], many._data[key])
+        assert (one._start, len(one), one.overwritten) == (many._start, len(many), 7)
+    fifo = ColumnarRing(4, mode="fifo")
+    fifo.add_batch(stack_items(items), 11)
+    assert fifo.sample(3)["y"].tolist() == [7, 8, 9] and fifo.sample(3)["y"].tolist() == [10]
+
+
+def test_without_a_layout_the_first_item_sets_it():
+    """The trainer gives no layout: its first item's keys are held, values cast to its dtypes."""
+    r = UniformReplay(4, seed=0)
+    r.add({"x": np.zeros(2, np.float32), "y": 1})
+    assert r._data["x"].shape == (4, 2) and r._data["y"].dtype == np.asarray(1).dtype
+    r.add({"x": [1.0, 2.0], "y": np.int32(3)})  # cast as numpy assigns
+    np.testing.assert_array_equal(r._data["x"][1], [1.0, 2.0])
+    with pytest.raises(ValueError, match="differ"):
+        r.add({"x": np.zeros(2, np.float32)})
+    with pytest.raises(ValueError, match="empty"):
+        UniformReplay(2).sample(1)
+
+
+def test_prioritized_replay_keeps_stale_items():
+    """Its sum tree covers slots 0 to len - 1: an on-policy shard's version cut must not apply."""
+    r = PrioritizedReplay(8, seed=0)
+    r.add_batch({"param_version": np.arange(4)}, 4)
+    assert r.discard_oldest_below("param_version", 3) == 0 and len(r) == 4
+    ring = UniformReplay(8, seed=0)
+    ring.add_batch({"param_version": np.arange(4)}, 4)
+    assert ring.discard_oldest_below("param_version", 3) == 3 and len(ring) == 1
 
 
 def test_prioritized_add_batch_gets_max_priority():

@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 
 from surreal_kube.errors import RuntimeRoleError
+from surreal_kube.rl.replay import ColumnarRing, ItemBufferAdapter
 from surreal_kube.runtime.context import RoleContext, index_from_hostname
-from surreal_kube.runtime.layout import ItemLayout
-from surreal_kube.runtime.ring import ColumnarRing, ItemBufferAdapter, LayoutError
+from surreal_kube.runtime.layout import ItemLayout, LayoutError
 from surreal_kube.runtime.status import ProgressFile, read_status
 from surreal_kube.runtime.tensorplex import InvalidScalars, bin_name, parse_scalars
 
