@@ -43,6 +43,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Protocol
 
+from surreal_kube.experiment import run_end
+from surreal_kube.experiment.run_end import FINAL_EVAL_TIMEOUT
 from surreal_kube.experiment.spec import Experiment
 from surreal_kube.runtime.reporter import (
     EVAL_RETURN,
@@ -56,8 +58,8 @@ log = logging.getLogger(__name__)
 
 EVAL_STD = "charts/eval_return_std"
 EVAL_VERSION = "eval/param_version"
-FINAL_EVAL_TIMEOUT = 120.0
-"""Seconds past one evaluation interval that the final evaluation may take (as local)."""
+# FINAL_EVAL_TIMEOUT (seconds past one evaluation interval that the final evaluation may take)
+# comes from the end-of-run rule of both backends (experiment/run_end.py).
 CONFIGMAP_LIMIT = 900_000
 """Bytes of results the ConfigMap holds at most (the API server's limit is 1 MiB): beyond it the
 curve there keeps its newest points (the volume keeps all)."""
@@ -189,19 +191,16 @@ class Conductor:
     # ------------------------------------------------------------------ the end
 
     def budget_reached(self) -> str | None:
-        """Why the run should end now (the local backend's words), or None."""
-        session = self.exp.spec.session
+        """Why the run should end now, or None (the rule of both backends, on our counts)."""
         t = self.tracker
-        if session.max_env_steps is not None:
-            agent_steps, done = t.agents()
-            steps = max(agent_steps, t.env_steps or 0)
-            groups = self.exp.spec.agents.groups
-            if steps >= session.max_env_steps or (groups and done >= groups):
-                return f"reached {session.max_env_steps} env steps"
-        limit, elapsed = session.max_time_seconds, t.elapsed()  # monotonic, kept over restarts
-        if limit is not None and elapsed is not None and elapsed >= limit:
-            return f"reached {limit:g} s of wall time"
-        return None
+        agent_steps, done = t.agents()
+        groups = self.exp.spec.agents.groups
+        return run_end.budget_reached(
+            self.exp.spec.session,
+            env_steps=max(agent_steps, t.env_steps or 0),
+            elapsed=t.elapsed(),  # monotonic, kept over restarts
+            agents_done=bool(groups) and done >= groups,
+        )
 
     def step(self) -> None:
         """Advance as far as possible now (called every few seconds)."""

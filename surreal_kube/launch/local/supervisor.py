@@ -27,6 +27,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from surreal_kube.experiment import run_end
+from surreal_kube.experiment.run_end import FINAL_EVAL_TIMEOUT, LEARNER_MAX_RESTARTS
 from surreal_kube.experiment.spec import Experiment
 from surreal_kube.experiment.topology import Process, Topology
 from surreal_kube.launch.local import forking
@@ -51,10 +53,9 @@ JITTER = 0.5
 """A restart waits between (1 - JITTER) and 1 times its backoff, at random."""
 HEALTHY_AFTER = 60.0
 """A process that ran this long is healthy again: its backoff resets."""
-LEARNER_MAX_RESTARTS = 5
 STOP_GRACE = 10.0
-FINAL_EVAL_TIMEOUT = 120.0
-"""How long evaluators may take over their final evaluation before they are stopped anyway."""
+# LEARNER_MAX_RESTARTS and FINAL_EVAL_TIMEOUT come from the end-of-run rule of both backends
+# (experiment/run_end.py); read from this module's names, so a test may set them here.
 
 # Stop order: producers first, then consumers, metrics sinks last so that they flush everything.
 _STOP_ORDER = (
@@ -245,10 +246,15 @@ class Supervisor:
     def _on_exit(self, child: Child, code: int, now: float) -> None:
         name = child.process.name
         how = f"signal {-code}" if code < 0 else f"exit code {code}"
-        if child.process.role == "learner" and child.restarts >= LEARNER_MAX_RESTARTS:
+        failed = (
+            run_end.learner_failed(child.restarts, how, LEARNER_MAX_RESTARTS)
+            if child.process.role == "learner"
+            else None
+        )
+        if failed:
             child.state = "failed"
             self.phase = "Failed"
-            self.reason = f"learner exhausted its {LEARNER_MAX_RESTARTS} restarts (last: {how})"
+            self.reason = failed
             log.error("%s", self.reason)
             self.stop_requested = True
             return
@@ -267,13 +273,10 @@ class Supervisor:
         return self.elapsed_before + (time.monotonic() - self._started_mono)
 
     def budget_reached(self) -> str | None:
-        """Why the run should end now, or None."""
-        session = self.exp.spec.session
-        if session.max_env_steps is not None and self.progress.env_steps >= session.max_env_steps:
-            return f"reached {session.max_env_steps} env steps"
-        if session.max_time_seconds is not None and self.elapsed() >= session.max_time_seconds:
-            return f"reached {session.max_time_seconds:g} s of wall time"
-        return None
+        """Why the run should end now, or None (the rule of both backends, on our counts)."""
+        return run_end.budget_reached(
+            self.exp.spec.session, env_steps=self.progress.env_steps, elapsed=self.elapsed()
+        )
 
     def run(self, tick: Callable[[Supervisor], None] | None = None, period: float = 1.0) -> str:
         """Supervise until the budget is reached, a stop is requested or the learner fails.
