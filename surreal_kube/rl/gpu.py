@@ -12,28 +12,30 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Literal
 
+from surreal_kube.experiment.topology import Process
+
 Kind = Literal["learner", "agent", "other"]
 
+KIND_OF_ROLE: Mapping[str, Kind] = {"learner": "learner", "agents": "agent", "eval": "agent"}
+"""The topology's roles that use a GPU: the learner, and the acting roles (agents, evals)."""
 
-def process_kind(name: str) -> Kind:
-    """Classify a process by its name: learner*, agent* / eval* (acting), anything else."""
-    if name.startswith("learner"):
-        return "learner"
-    if name.startswith(("agent", "eval")):
-        return "agent"
-    return "other"
+
+def process_kind(process: Process) -> Kind:
+    """A process's kind, from the role the topology gave it (never from its name)."""
+    return KIND_OF_ROLE.get(process.role, "other")
 
 
 def assign_gpus(
     gpus: int | Sequence[int | str],
-    processes: Sequence[str] | Mapping[str, Kind],
+    processes: Sequence[Process] | Mapping[str, Kind],
 ) -> dict[str, str]:
     """CUDA_VISIBLE_DEVICES for each process of a host.
 
     Args:
         gpus: the number of GPUs visible to the host (ids 0..n-1) or their ids (e.g. the host's
             own CUDA_VISIBLE_DEVICES split on commas).
-        processes: process names (kind from the name, see `process_kind`) or name -> kind.
+        processes: the topology's processes (kind from the role, see `process_kind`), in the
+            order GPUs go round, or name -> kind.
 
     Returns:
         name -> value for CUDA_VISIBLE_DEVICES ("" hides all GPUs); empty when there is no GPU.
@@ -44,7 +46,7 @@ def assign_gpus(
     kinds = (
         dict(processes)
         if isinstance(processes, Mapping)
-        else {name: process_kind(name) for name in processes}
+        else {p.name: process_kind(p) for p in processes}
     )
     learners = [n for n, k in kinds.items() if k == "learner"]
     agents = [n for n, k in kinds.items() if k == "agent"]

@@ -36,7 +36,12 @@ def test_shards_are_hidden_and_the_main_process_gets_the_gpus() -> None:
 
 
 def _pod(*names: str) -> Group:
-    procs = tuple(Process(n, n.split("-")[0], "mixed", i, (), (), ()) for i, n in enumerate(names))
+    roles = {"agent": "agents"}  # the topology's role of an agent process: its kind for GPUs
+    procs = tuple(
+        Process(n, roles.get(r, r), "mixed", i, (), (), ())
+        for i, n in enumerate(names)
+        for r in [n.split("-")[0]]
+    )
     return Group("mixed", "learner", 1, tuple(p.role for p in procs), procs)
 
 

@@ -40,7 +40,7 @@ def container_gpus(group: Group, gpus: int) -> dict[str, ContainerGPUs]:
     names = names or [p.name for p in group.processes]
     if gpus <= 0:
         return {n: ContainerGPUs(0, None) for n in names}
-    assigned = assign_gpus(gpus, names)
+    assigned = assign_gpus(gpus, [p for p in group.processes if p.name in names])
     users = [n for n in names if assigned.get(n)]
     if not users:
         users = names[:1]
