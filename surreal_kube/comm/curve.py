@@ -14,10 +14,10 @@ more file to distribute per pod. A stolen secret key is a stolen experiment eith
 
 The allowlist. CURVE alone authenticates the *server* to the client; a CURVE server accepts any
 client that knows the server's public key, with a keypair of its own. So each server socket
-also consults a ZAP handler (one per ZeroMQ context, `zmq.auth.thread.ThreadAuthenticator`)
-that accepts exactly the experiment's public key as a client key: a stranger must hold the
-secret key itself, not merely know the public one. The handler runs once per connection
-handshake, never per message, so it costs nothing on the data path.
+also consults a ZAP handler (one per ZeroMQ context, `_ZapHandler`) that accepts exactly the
+experiment's public key as a client key: a stranger must hold the secret key itself, not
+merely know the public one. The handler runs once per connection handshake, never per message,
+so it costs nothing on the data path.
 
 Where keys come from: a file (JSON `{"public": z85, "secret": z85}`), written 0600 into the
 experiment's 0700 folder by the local backend (`launch/local/keys.py`) or mounted read-only from
@@ -46,7 +46,7 @@ from pathlib import Path
 from typing import Any
 
 import zmq
-import zmq.auth.thread
+import zmq.utils.z85
 
 KEY_FILE = "curve.key"
 """The key file's name in an experiment folder (locally) or in the Secret's mount (Kubernetes)."""
@@ -135,7 +135,7 @@ def load_key_file(path: str | Path, *, private: bool = True) -> CurveKeys:
 
 _installed: CurveKeys | None = None
 _lock = threading.Lock()
-_authenticators: dict[tuple[int, int], tuple[Any, zmq.auth.thread.ThreadAuthenticator]] = {}
+_authenticators: dict[tuple[int, int], tuple[Any, _ZapHandler]] = {}
 """(pid, id(context)) -> (context, its ZAP handler): one per context, started with the first
 server socket; keyed by pid too because a forked child inherits the dict but not the thread."""
 
@@ -145,9 +145,7 @@ def install(keys: CurveKeys | None) -> None:
     socket with `keys` (None: plain sockets). A role calls it once at start, before any socket."""
     global _installed
     with _lock:
-        _installed = keys
-        for _, auth in _authenticators.values():
-            _allow(auth, keys)
+        _installed = keys  # the ZAP handlers read it at each handshake
 
 
 def installed() -> CurveKeys | None:
@@ -155,35 +153,75 @@ def installed() -> CurveKeys | None:
     return _installed
 
 
-class _OneKey:
-    """ZAP credentials: exactly the experiment's public key may connect as a client."""
-
-    def __init__(self, public: bytes) -> None:
-        self._public = public
-
-    def callback(self, domain: str, key: bytes) -> bool:
-        return key == self._public
+ZAP_ADDR = "inproc://zeromq.zap.01"
+"""Where libzmq asks a context's ZAP handler (RFC 27)."""
 
 
-def _allow(auth: zmq.auth.thread.ThreadAuthenticator, keys: CurveKeys | None) -> None:
-    if keys is not None:
-        auth.configure_curve_callback(
-            ZAP_DOMAIN.decode(), credentials_provider=_OneKey(keys.public)
-        )
+class _ZapHandler:
+    """A context's ZAP handler: admits a CURVE client whose key is the installed public key.
+
+    Ours rather than `zmq.auth.thread.ThreadAuthenticator`, which answers with a user id (the
+    client's key): libzmq then queues a credential message ahead of the first real one, and on
+    a receiver with a high-water mark of 1 or 2 (experience receivers use 1) that message holds
+    the only slot: `poll` says readable, `recv` finds nothing, and the peer's messages never
+    come (measured with libzmq 4.3.5). This one answers with an empty user id, and never logs.
+    """
+
+    def __init__(self, ctx: zmq.Context[Any]) -> None:
+        self._ctx = ctx
+        self._ready = threading.Event()
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, name="surreal-zap", daemon=True)
+        self._thread.start()
+        self._ready.wait()
+        if self._error is not None:
+            raise self._error
+
+    def _run(self) -> None:
+        try:
+            sock = self._ctx.socket(zmq.REP)
+            sock.setsockopt(zmq.LINGER, 0)
+            sock.bind(ZAP_ADDR)
+        except BaseException as exc:  # reported to the constructor
+            self._error = exc
+            self._ready.set()
+            return
+        self._ready.set()
+        try:
+            while True:
+                frames = sock.recv_multipart()
+                sock.send_multipart(_zap_reply(frames))
+        except zmq.ContextTerminated:
+            pass
+        finally:
+            sock.close(0)
 
 
-def _ensure_authenticator(ctx: zmq.Context[Any], keys: CurveKeys) -> None:
+def _zap_reply(frames: list[bytes]) -> list[bytes]:
+    """RFC 27: [version, request id, domain, address, identity, mechanism, credentials...] ->
+    [version, request id, status, text, user id, metadata]."""
+    if len(frames) < 6 or frames[0] != b"1.0":
+        return [b"1.0", frames[1] if len(frames) > 1 else b"", b"500", b"bad request", b"", b""]
+    request_id, mechanism, credentials = frames[1], frames[5], frames[6:]
+    keys = _installed
+    ok = (
+        keys is not None
+        and mechanism == b"CURVE"
+        and len(credentials) == 1
+        and credentials[0] == zmq.utils.z85.decode(keys.public)
+    )
+    if ok:
+        return [b"1.0", request_id, b"200", b"OK", b"", b""]
+    return [b"1.0", request_id, b"400", b"not a key of this experiment", b"", b""]
+
+
+def _ensure_authenticator(ctx: zmq.Context[Any]) -> None:
     key = (os.getpid(), id(ctx))
     with _lock:
         found = _authenticators.get(key)
         if found is not None and found[0] is ctx:
             return
-        zap_log = logging.getLogger(__name__ + ".zap")
-        zap_log.setLevel(logging.WARNING)  # pyzmq logs every client key at DEBUG
-        auth = zmq.auth.thread.ThreadAuthenticator(ctx, log=zap_log)
-        auth.start()
-        _allow(auth, keys)
-        _authenticators[key] = (ctx, auth)
+        _authenticators[key] = (ctx, _ZapHandler(ctx))
 
 
 def configure(sock: zmq.Socket[Any], *, server: bool, ctx: zmq.Context[Any]) -> None:
@@ -193,7 +231,7 @@ def configure(sock: zmq.Socket[Any], *, server: bool, ctx: zmq.Context[Any]) -> 
     if keys is None:
         return
     if server:
-        _ensure_authenticator(ctx, keys)
+        _ensure_authenticator(ctx)
         sock.setsockopt(zmq.ZAP_DOMAIN, ZAP_DOMAIN)
         sock.setsockopt(zmq.CURVE_SECRETKEY, keys.secret)
         sock.setsockopt(zmq.CURVE_PUBLICKEY, keys.public)

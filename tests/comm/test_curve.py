@@ -227,3 +227,19 @@ def test_a_role_finds_its_key_file(tmp_path: Path) -> None:
             mounted.install_curve()  # named but missing: fail at start, never serve everyone
     finally:
         curve.install(before)
+
+
+@pytest.mark.parametrize("hwm", [1, 2])
+def test_a_receiver_with_a_tiny_high_water_mark_still_gets_messages(
+    keys: curve.CurveKeys, hwm: int
+) -> None:
+    """Before: pyzmq's ZAP handler answered with a user id, libzmq queued a credential message
+    in the receiver's only slot(s), and an experience receiver (RCVHWM 1) never saw a message:
+    `poll` said readable, `recv` found nothing."""
+    pull, addr = bind_any_port(zmq.PULL, rcvhwm=hwm)
+    push = make_socket(zmq.PUSH, connect=addr, sndhwm=1)
+    push.send_multipart([b"header", b"x" * 1000])
+    assert pull.poll(WAIT_MS)
+    assert pull.recv_multipart(zmq.NOBLOCK) == [b"header", b"x" * 1000]
+    for s in (push, pull):
+        s.close(0)
