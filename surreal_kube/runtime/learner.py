@@ -41,7 +41,7 @@ from surreal_kube.comm.parameters import ParameterPublisher
 from surreal_kube.comm.sampling import Prefetcher
 from surreal_kube.runtime.base import RoleBase
 from surreal_kube.runtime.context import RoleContext
-from surreal_kube.runtime.layout import batch_bytes, item_layout
+from surreal_kube.runtime.layout import LayoutError, batch_bytes, item_layout
 from surreal_kube.runtime.lifecycle import Every, Heartbeat, RateMeter, StopFlag
 from surreal_kube.runtime.status import ProgressFile, read_status
 
@@ -53,6 +53,8 @@ SNAPSHOT_BYTES = 128 << 20
 """Memory for the parameters of recent publications (to save the exact ones an eval scored)."""
 LAG_WINDOW = 100_000
 """Item lags kept for the percentiles of one report."""
+PRIORITIZED_KEYS = {"indices": np.dtype(np.int64), "weights": np.dtype(np.float32)}
+"""What a prioritized shard adds to each item of a batch (rl.replay.PrioritizedReplay)."""
 
 
 def lag_summary(lags: np.ndarray) -> dict[str, float]:
@@ -103,6 +105,9 @@ class LearnerRole(RoleBase):
             log.info("resumed from %s at iteration %d", restored.path.name, self.learner.iteration)
         self.resumed_from = self.learner.iteration
         self.batch_size = learner_batch_size(spec)
+        self.layout = item_layout(spec, obs_space, action_space)
+        """What every item of a batch is: anything else came from a stranger, see `_check_batch`."""
+        self.rejected_batches = 0
         self.publisher = ParameterPublisher(ctx.bind("parameter-publish"))
         on_policy = spec.replay.kind == "fifo"
         self.max_lag = max_policy_lag(spec)
@@ -111,7 +116,7 @@ class LearnerRole(RoleBase):
             self.batch_size,
             depth=spec.replay.prefetch,
             on_policy=on_policy,
-            max_bytes=batch_bytes(spec, item_layout(spec, obs_space, action_space)),
+            max_bytes=batch_bytes(spec, self.layout),
         )
         self.prefetcher.max_lag = self.max_lag
         self.prefetcher.version = self.learner.iteration
@@ -162,6 +167,32 @@ class LearnerRole(RoleBase):
             self._snapshot_bytes -= sum(a.nbytes for a in old.values())
 
     # -- batches ---------------------------------------------------------------------------------
+
+    def _check_batch(self, msg: Any) -> bool:
+        """Whether a batch holds `n` items of this experiment's layout.
+
+        A peer that joined the sampler's backend as a shard (issue 25) gets the learner's
+        requests and may answer them: a batch of other keys or shapes went straight into
+        `learn()`, whose KeyError ended the learner (restart after restart while the peer
+        stayed), and its stats set the global env steps. Such a batch is a counted drop, its
+        stats unread; the learner asks again.
+        """
+        arrays, n = msg.arrays, msg.meta.get("n")
+        try:
+            if not isinstance(n, int) or isinstance(n, bool) or n < 1:
+                raise LayoutError(f"a batch needs its item count, got {str(n)[:40]}")
+            extra = {k: arrays[k] for k in PRIORITIZED_KEYS if k in arrays}
+            for key, value in extra.items():
+                if value.dtype != PRIORITIZED_KEYS[key] or value.shape != (n,):
+                    raise LayoutError(f"{key!r}: got {value.dtype}{list(value.shape)}")
+            self.layout.check({k: v for k, v in arrays.items() if k not in extra}, n)
+        except LayoutError as exc:
+            self.rejected_batches += 1
+            if self.rejected_batches == 1 or self.rejected_batches % 100 == 0:
+                log.warning("dropped a batch that is not of this experiment (%d so far): %s",
+                            self.rejected_batches, exc)  # fmt: skip
+            return False
+        return True
 
     def _take_stats(self, meta: dict[str, Any]) -> None:
         """Counters a shard sent with its batch; the global env steps among them."""
@@ -258,6 +289,9 @@ class LearnerRole(RoleBase):
                     )
                 self._maybe_progress("waiting", "waiting for a batch from replay")
                 continue
+            if not self._check_batch(msg):
+                self._publish_newest()
+                continue
             if self.learner.iteration == self.resumed_from:
                 log.info("first batch received; learning")
             self._take_stats(msg.meta)
@@ -309,6 +343,7 @@ class LearnerRole(RoleBase):
                 "learner/iteration": self.learner.iteration,
                 "learner/published_iteration": self._published_iteration,
                 "learner/global_env_steps": self.global_env_steps,
+                "learner/rejected_batches": self.rejected_batches + self.prefetcher.rejects.total,
                 "checkpoint/skipped_saves": self.checkpoint.skipped,
                 "checkpoint/set_aside": len(self.checkpoint.set_aside),
                 **self._lag_report(),
@@ -340,6 +375,7 @@ class LearnerRole(RoleBase):
                 "prefetch_queue": self.prefetcher.qsize,
                 "sample_requests_in_flight": self.prefetcher.in_flight,
                 "batches_received": self.prefetcher.received,
+                "batches_rejected": self.rejected_batches + self.prefetcher.rejects.total,
                 "sample_wait_seconds": round(self.wait_seconds, 3),
                 "resumed_from_iteration": self.resumed_from,
                 "global_env_steps": self.global_env_steps,
