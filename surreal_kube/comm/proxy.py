@@ -98,10 +98,11 @@ class Forwarder:
                     return  # TERMINATE from stop()
                 except zmq.Again:
                     # libzmq 4.3.5's proxy gives up when a socket it polled readable has no
-                    # message after all: a CURVE peer's frame above MAXMSGSIZE is dropped only
-                    # after it was decrypted. One stranger's frame stopped the parameter server
-                    # (its role exited 1, and again at each restart); nothing was taken, so
-                    # forwarding simply resumes.
+                    # message after all. Seen with CURVE: pyzmq's ZAP authenticator queued a
+                    # credential message per connection (replaced by comm.curve's own handler
+                    # since), and a peer's oversized frame then stopped the parameter server
+                    # (its role exited 1, again at each restart). Whatever else makes a socket
+                    # readable with nothing in it, nothing was taken: forwarding resumes.
                     self.spurious_wakeups += 1
         except zmq.ContextTerminated:
             pass
