@@ -56,6 +56,17 @@ Namespace = Annotated[
         show_default=False,
     ),
 ]
+Profile = Annotated[
+    Path | None,
+    typer.Option(
+        "--profile",
+        metavar="FILE",
+        help="Cluster profile (YAML: node pools, registry, experiment volume, pull secrets); "
+        "placement is checked against its pools. Through the operator it is written into the "
+        "Experiment (spec.profile); without it the operator's own profile applies.",
+        show_default=False,
+    ),
+]
 
 _PHASE_STYLE = {"Running": "green", "Pending": "yellow", "Failed": "bold red", "Succeeded": "cyan"}
 

@@ -21,19 +21,23 @@ from typing import Annotated
 
 import typer
 
-from surreal_kube.cli import (
-    build_cmd,
-    config_cmd,
-    create,
-    exec_cmd,
-    lifecycle,
-    render_cmd,
-    results_cmd,
-    scale_cmd,
-    topology_cmd,
-)
 from surreal_kube.cli.help_format import install as install_help_format
 from surreal_kube.cli.output import err
+from surreal_kube.cli.verbs import (
+    build,
+    config,
+    create,
+    delete,
+    logs,
+    render,
+    results,
+    scale,
+    status,
+    tb,
+    topology,
+)
+from surreal_kube.cli.verbs import exec as exec_verb
+from surreal_kube.cli.verbs import list as list_verb
 from surreal_kube.errors import SpecError, SurrealKubeError
 
 PROG = "surreal-kube"
@@ -89,24 +93,22 @@ def _root(
 app.command(short_help="Create and start an experiment (--local: here; else on the cluster).")(
     create.create
 )
-app.command(short_help="Print the fully resolved experiment spec.")(config_cmd.config)
-app.command(short_help="Show the process graph: processes, binds, connects.")(topology_cmd.topology)
+app.command(short_help="Print the fully resolved experiment spec.")(config.config)
+app.command(short_help="Show the process graph: processes, binds, connects.")(topology.topology)
 app.command(short_help="Print the experiment's Kubernetes objects (no cluster needed).")(
-    render_cmd.render
+    render.render
 )
-app.command(short_help="Build (and push) the images the experiment runs.")(build_cmd.build)
-app.command("list", short_help="List experiments (--local: on this machine).")(lifecycle.list_)
-app.command(short_help="Show an experiment's processes and progress.")(lifecycle.status)
-app.command(short_help="Print the log of one process.")(lifecycle.logs)
-app.command(short_help="Find or start the experiment's TensorBoard; print its URL.")(lifecycle.tb)
-app.command(short_help="Stop an experiment and remove what it created.")(lifecycle.delete)
+app.command(short_help="Build (and push) the images the experiment runs.")(build.build)
+app.command("list", short_help="List experiments (--local: on this machine).")(list_verb.list_)
+app.command(short_help="Show an experiment's processes and progress.")(status.status)
+app.command(short_help="Print the log of one process.")(logs.logs)
+app.command(short_help="Find or start the experiment's TensorBoard; print its URL.")(tb.tb)
+app.command(short_help="Stop an experiment and remove what it created.")(delete.delete)
 app.command("exec", short_help="Run a command in a process's container on the cluster.")(
-    exec_cmd.exec_
+    exec_verb.exec_
 )
-app.command(short_help="Change the number of agents of a running experiment.")(scale_cmd.scale)
-app.command(short_help="Fetch a finished run's results (summary, curve, picture).")(
-    results_cmd.results
-)
+app.command(short_help="Change the number of agents of a running experiment.")(scale.scale)
+app.command(short_help="Fetch a finished run's results (summary, curve, picture).")(results.results)
 
 
 class Terminated(KeyboardInterrupt):

@@ -108,6 +108,22 @@ def structured(doc: Any, fmt: str) -> None:
     result(yaml.safe_dump(doc, sort_keys=True, default_flow_style=False, allow_unicode=True))
 
 
+def tidy(value: Any) -> Any:
+    """Machine output without float noise: times to 0.1 s, other floats to 3 decimals."""
+    if isinstance(value, dict):
+        return {
+            k: round(v, 1)
+            if k in ("elapsed", "started", "finished") and isinstance(v, float)
+            else tidy(v)
+            for k, v in value.items()
+        }
+    if isinstance(value, list):
+        return [tidy(v) for v in value]
+    if isinstance(value, float):
+        return round(value, 3)
+    return value
+
+
 def names(items: Sequence[str]) -> None:
     """`-o name`: one name per line on stdout; nothing at all for none (as kubectl)."""
     if items:

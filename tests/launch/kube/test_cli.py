@@ -159,7 +159,7 @@ def test_help_imports_no_client() -> None:
     """`--help` stays fast because it imports no client; how fast is bench/cli.py's row."""
     code = (
         "import sys; from surreal_kube.cli import main; "
-        "import surreal_kube.cli.render_cmd, surreal_kube.cli.build_cmd; "
+        "import surreal_kube.cli.verbs.render, surreal_kube.cli.verbs.build; "
         "print(sorted(m for m in ('kubernetes', 'docker', 'jinja2') if m in sys.modules))"
     )
     done = subprocess.run(

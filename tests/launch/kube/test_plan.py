@@ -75,7 +75,7 @@ def calls(monkeypatch: pytest.MonkeyPatch) -> Iterator[collections.Counter[str]]
     a caller to a new module (or importing the function by name there) cannot hide a call."""
     import sys
 
-    from surreal_kube.cli import render_cmd
+    from surreal_kube.cli import image_options
     from surreal_kube.launch.kube.lifecycle import creating  # noqa: F401  (loaded: spied on)
 
     counts: collections.Counter[str] = collections.Counter()
@@ -101,7 +101,7 @@ def calls(monkeypatch: pytest.MonkeyPatch) -> Iterator[collections.Counter[str]]
     from surreal_kube.experiment import topology
 
     spy(topology.build_topology)
-    spy(render_cmd.resolve_images)  # the CLI's image stage
+    spy(image_options.resolve_images)  # the CLI's image stage
     spy(kube_plan.make_plan)
     yield counts
 

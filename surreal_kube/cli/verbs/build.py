@@ -14,9 +14,9 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from surreal_kube.cli import kube_view as kv
 from surreal_kube.cli import spec_options as so
 from surreal_kube.cli.output import info, result
-from surreal_kube.cli.render_cmd import Profile
 from surreal_kube.errors import SpecError
 
 if TYPE_CHECKING:
@@ -46,7 +46,7 @@ def build(
     push: Annotated[
         bool, typer.Option("--push", help="Push to the profile's registry (and check it there).")
     ] = False,
-    profile: Profile = None,
+    profile: kv.Profile = None,
     kind: Annotated[
         str | None,
         typer.Option(

@@ -9,7 +9,6 @@ import typer
 from surreal_kube.cli import kube_view as kv
 from surreal_kube.cli import spec_options as so
 from surreal_kube.cli.output import info, result
-from surreal_kube.cli.render_cmd import Profile
 from surreal_kube.errors import SpecError
 
 
@@ -28,7 +27,7 @@ def scale(
         str,
         typer.Option("--timeout", metavar="DURATION", help="How long --wait waits (300, 5m)."),
     ] = "300",
-    profile: Profile = None,
+    profile: kv.Profile = None,
     kubeconfig: kv.Kubeconfig = None,
     context: kv.Context = None,
     namespace: kv.Namespace = None,

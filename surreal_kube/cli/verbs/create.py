@@ -14,8 +14,9 @@ import typer
 
 from surreal_kube.cli import kube_view as kv
 from surreal_kube.cli import spec_options as so
+from surreal_kube.cli.image_options import Images, image_chooser, parse_images
 from surreal_kube.cli.output import err, info, out, result
-from surreal_kube.cli.render_cmd import Images, Profile, image_chooser, parse_images
+from surreal_kube.cli.plan_view import planned, print_objects
 from surreal_kube.errors import LaunchError, SpecError
 
 if TYPE_CHECKING:
@@ -78,7 +79,7 @@ def create(
     kubeconfig: kv.Kubeconfig = None,
     context: kv.Context = None,
     namespace: kv.Namespace = None,
-    profile: Profile = None,
+    profile: kv.Profile = None,
     images: Images = None,
     skip_preflight: Annotated[
         bool,
@@ -325,7 +326,6 @@ def run_kube(
     applies them, and through the operator the `Experiment` carries the same spec and the
     chosen profile, from which the operator makes the same plan.
     """
-    from surreal_kube.cli.render_cmd import planned, print_objects
     from surreal_kube.launch.kube.lifecycle import creating, deleting, finding, waiting
     from surreal_kube.launch.kube.profile import load_profile
     from surreal_kube.launch.kube.render.objects import dump_objects
