@@ -267,7 +267,12 @@ class ExperienceReceiver:
         hwm: int = 8,
         buffer_bytes: int = SOCKET_BUFFER_BYTES,
         max_bytes: int = 1 << 30,
+        accept: Callable[[wire.ArrayDict, int], bool] | None = None,
     ) -> None:
+        """`accept(arrays, count)`: the owner's last word on a message (a shard checks the
+        items against its layout, and counts what it refuses); a refused message is not
+        returned and its sender's env steps are not counted."""
+        self._accept = accept
         # a larger frame disconnects its sender before it is buffered (sockets.make_socket)
         self.sock = make_socket(
             zmq.PULL,
@@ -322,14 +327,21 @@ class ExperienceReceiver:
         ):
             self.rejects.add(wire.WireError("bad-meta", "arrays do not stack n items"), "collector")
             return None
-        if msg.meta.get("x") == SCHEMA and not self._schema2(msg.meta, msg.arrays, count):
+        schema2 = msg.meta.get("x") == SCHEMA
+        if schema2 and not self._schema2(msg.arrays, count):
             return None
         self.items += count
         self.messages += 1
         self.bytes += msg.nbytes
+        if self._accept is not None and not self._accept(msg.arrays, count):
+            return None
+        if schema2:
+            # only once the items are taken: a stranger's odd-shaped items, dropped by the
+            # shard, set the experiment's global env steps (10**15) all the same
+            self._count_steps(msg.meta)
         return msg.arrays, count
 
-    def _schema2(self, meta: dict[str, Any], arrays: wire.ArrayDict, count: int) -> bool:
+    def _schema2(self, arrays: wire.ArrayDict, count: int) -> bool:
         version = arrays.get(PARAM_VERSION)
         if version is None or version.shape != (count,) or version.dtype != np.int64:
             self.rejects.add(
@@ -337,6 +349,9 @@ class ExperienceReceiver:
                 "collector",
             )
             return False
+        return True
+
+    def _count_steps(self, meta: dict[str, Any]) -> None:
         src, steps = meta.get("src"), meta.get("steps")
         if (
             isinstance(src, str)
@@ -347,7 +362,6 @@ class ExperienceReceiver:
             and (src in self.steps_by_source or len(self.steps_by_source) < MAX_SOURCES)
         ):
             self.steps_by_source[src] = max(steps, self.steps_by_source.get(src, 0))
-        return True
 
     def close(self) -> None:
         """Close the socket."""

@@ -166,6 +166,7 @@ class ReplayShard(RoleBase):
         self.receiver = ExperienceReceiver(
             ctx.bind(collector(ctx.index)),
             max_bytes=experience_bytes(ctx.spec, self.layout),
+            accept=self._fits,
             **(ON_POLICY_PIPE if spec.kind == "fifo" else {}),
         )
         # Wait (briefly) for the load balancer, so the log says whether it is reachable.
@@ -226,6 +227,25 @@ class ReplayShard(RoleBase):
             self._blocked_since = now
         return open_
 
+    def _fits(self, arrays: dict[str, Any], count: int) -> bool:
+        """Whether a message's items are of this store's layout; those that are not are
+        counted and dropped before the receiver counts their sender's env steps."""
+        try:
+            self.layout.check(arrays, count)
+        except LayoutError as exc:
+            self._layout_error(exc)
+            return False
+        return True
+
+    def _layout_error(self, exc: Exception) -> None:
+        self.layout_errors += 1
+        if self.layout_errors == 1 or self.layout_errors % 1000 == 0:
+            log.warning(
+                "dropping experience that does not fit the store (%d so far): %s",
+                self.layout_errors,
+                exc,
+            )
+
     def _take_experience(self) -> None:
         for _ in range(DRAIN_PER_LOOP):
             if not self._insert_open():
@@ -237,13 +257,7 @@ class ReplayShard(RoleBase):
             try:
                 self.store.add_batch(*got)
             except (LayoutError, ValueError) as exc:
-                self.layout_errors += 1
-                if self.layout_errors == 1 or self.layout_errors % 1000 == 0:
-                    log.warning(
-                        "dropping experience that does not fit the store (%d so far): %s",
-                        self.layout_errors,
-                        exc,
-                    )
+                self._layout_error(exc)
                 continue
             versions = got[0].get(PARAM_VERSION)
             if versions is not None and versions.size:

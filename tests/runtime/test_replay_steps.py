@@ -1,0 +1,31 @@
+"""A stranger's items that a replay shard drops do not count towards the global env steps."""
+
+from __future__ import annotations
+
+import numpy as np
+import zmq
+
+from surreal_kube.comm import wire
+from surreal_kube.comm.sockets import make_socket
+from tests.runtime.test_replay_hostile import _real, _until, shard  # noqa: F401 - the fixture
+
+
+def test_dropped_items_count_no_env_steps(shard):  # noqa: F811 - the fixture
+    """Before: the collector counted a message's env steps before the shard checked its items:
+    one odd-shaped message claiming 10**15 steps for `agents-0` set the global env steps every
+    reply carries (the learner's, its checkpoints', and on Kubernetes the run's end)."""
+    role, sender, _, run = shard
+    real = _real(role, 4)
+    odd = {**real, "obs/low_dim": np.zeros((4, 5, 2), np.float32)}
+    stranger = make_socket(zmq.PUSH, connect=run.addr("replay-collector-0"))
+    try:
+        meta = {"n": 4, "x": 2, "src": "agents-0", "steps": 10**15}
+        stranger.send_multipart(wire.encode(wire.EXPERIENCE, meta, odd))
+        _until(role, lambda: role.layout_errors == 1)
+        assert role.receiver.env_steps == 0 and role.stats()["steps"] == 0
+        sender.env_steps = 40
+        sender.send_stacked(real, 4)
+        _until(role, lambda: len(role.store) == 4)
+        assert role.stats()["steps"] == 40
+    finally:
+        stranger.close(0)
