@@ -7,7 +7,8 @@ template with the digest of what its component reads (`config_digest`), so Kuber
 exactly the workloads whose digest changed, and `changed_components` says which, and why.
 
 `resources`, `images` and `placement` are not listed: they are part of the pod template itself,
-so changing them rolls the pods without a digest. `agents.count` and `evals.count` are left out
+so changing them rolls the pods without a digest (`queue` is the operator's alone: no role
+reads it). `agents.count` and `evals.count` are left out
 of every component but tensorplex (which sizes its aggregation and the budget's end by them, and
 waits for the final evaluation by `evals.episodes` and `evals.intervalSeconds`: see
 runtime/conductor.py): scaling changes the replica count of a StatefulSet and must not restart

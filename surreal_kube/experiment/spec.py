@@ -6,6 +6,7 @@ exists in exactly one place and its description here is what `--help` and the CR
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from typing import Final, Literal, NamedTuple
 
@@ -247,6 +248,10 @@ class ImageSpec(SpecModel):
         return self
 
 
+_DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
+"""RFC 1123 label: a LocalQueue's name is the value of Kueue's queue-name label."""
+
+
 def _default_images() -> dict[str, ImageSpec]:
     # `@surreal-kube`: the folder of the installed package, whose Dockerfiles ship inside it, so
     # the defaults build from a checkout and from a pip install alike
@@ -292,6 +297,21 @@ class ExperimentSpec(SpecModel):
         default_factory=dict,
         description="node pool per component; unset: chosen by fit",
     )
+    queue: str | None = Field(
+        None,
+        description="Kueue LocalQueue that admits the whole experiment or none of it "
+        "(the operator's --default-queue when unset; needs the operator)",
+    )
+
+    @field_validator("queue")
+    @classmethod
+    def _queue_name(cls, value: str | None) -> str | None:
+        if value is not None and not _DNS_LABEL.fullmatch(value):
+            raise ValueError(
+                f"must be a LocalQueue's name (lowercase letters, digits and '-', starting and "
+                f"ending with a letter or digit, at most 63 characters), got {value!r}"
+            )
+        return value
 
     @field_validator("resources", "placement")
     @classmethod

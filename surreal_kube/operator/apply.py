@@ -6,6 +6,11 @@
   has; the `Applied` condition says so. Idempotent: an operator killed half-way simply applies
   again on restart.
 - `ensure`: recreate the objects that disappeared (someone deleted a StatefulSet or a Service).
+- `admitted`: with a queue (`spec.queue`, or the operator's default), the experiment is one Kueue
+  Workload (render/workload.py) and its Deployments and StatefulSets exist only while Kueue
+  admits it; until then everything else is applied and the `Admitted` condition says why it
+  waits (Kueue's own message). An admitted Workload whose pod sets the spec changed is made
+  anew: Kueue does not resize an admitted one, so the experiment queues again.
 
 Errors are ours (SpecError, KubeError ...); the handlers turn them into kopf's retry decisions.
 """
@@ -22,7 +27,7 @@ from surreal_kube.errors import SpecError, SurrealKubeError
 from surreal_kube.experiment.progress import STATE_FINISHED
 from surreal_kube.experiment.spec import Experiment
 from surreal_kube.launch.kube import naming
-from surreal_kube.launch.kube.api.client import Kube, resource
+from surreal_kube.launch.kube.api.client import Kube, NotFoundError, resource
 from surreal_kube.launch.kube.lifecycle import apply as kube_apply
 from surreal_kube.launch.kube.placement import pools
 from surreal_kube.launch.kube.plan import (
@@ -33,7 +38,7 @@ from surreal_kube.launch.kube.plan import (
     object_profile,
 )
 from surreal_kube.launch.kube.profile import ClusterProfile
-from surreal_kube.launch.kube.render import custom_resource
+from surreal_kube.launch.kube.render import custom_resource, workload
 from surreal_kube.launch.kube.status import progress as kube_progress
 from surreal_kube.operator.config import Config
 from surreal_kube.operator.status import condition, set_conditions
@@ -137,9 +142,49 @@ def plan_of(kube: Kube | None, obj: Mapping[str, Any], config: Config) -> Plan:
 
 
 def desired(kube: Kube, obj: Mapping[str, Any], config: Config) -> tuple[Experiment, list[dict]]:
-    """The resolved experiment and every object it should have, owned by `obj`."""
+    """The resolved experiment and every object it should have now, owned by `obj`: with a
+    queue, no Deployment or StatefulSet until Kueue admits it (`admitted`)."""
     plan = plan_of(kube, obj, config)
-    return plan.exp, plan.objects
+    return plan.exp, admitted(kube, obj, config, plan)
+
+
+def queue_of(exp: Experiment, config: Config) -> str | None:
+    """The LocalQueue that admits the experiment: its own, else the operator's default."""
+    return exp.spec.queue or config.default_queue
+
+
+def admitted(kube: Kube, obj: Mapping[str, Any], config: Config, plan: Plan) -> list[dict]:
+    """The plan's objects that may exist now. With a queue, the Workload is applied (made anew
+    when its pod sets changed), and the pods' workloads are left out while it is not admitted;
+    the `Admitted` condition records Kueue's verdict (the status reads it: phase Queued)."""
+    queue = queue_of(plan.exp, config)
+    if queue is None:
+        return plan.objects
+    name, namespace = plan.exp.metadata.name, plan.namespace
+    wanted = workload.workload_object(name, queue, plan.objects, owner_of(obj))
+    digest = workload.pod_sets_digest(wanted)
+    wanted["metadata"].setdefault("annotations", {})[workload.DIGEST_ANNOTATION] = digest
+    live = kube.get_or_none(workload.WORKLOAD, name, namespace)
+    if live is not None and workload.digest_of(live) != digest:
+        kube.delete(workload.WORKLOAD, name, namespace)  # Kueue keeps an admitted one's sets
+        live = None
+    if live is None:
+        try:
+            live = kube.apply(wanted, namespace)
+        except NotFoundError as exc:
+            raise SpecError(
+                f"spec.queue {queue!r}: Kueue's Workload API is not served by this cluster "
+                "(install Kueue, or leave spec.queue and the operator's --default-queue unset)"
+            ) from exc
+    if workload.is_admitted(live):
+        verdict = condition("Admitted", "True", "Admitted", f"admitted by {queue}")
+        objects = plan.objects
+    else:
+        reason = workload.waiting_reason(live, queue)
+        verdict = condition("Admitted", "False", "Queued", reason)
+        objects = [o for o in plan.objects if o["kind"] not in workload.POD_KINDS]
+    set_conditions(kube, obj, [verdict])
+    return objects
 
 
 def released(kube: Kube, obj: Mapping[str, Any], objects: list[dict]) -> list[dict]:

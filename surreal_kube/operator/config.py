@@ -32,6 +32,9 @@ class Config:
     were most of the operator's CPU during a create (`bench/scale.py`)."""
     default_images: dict[str, str] = field(default_factory=dict)
     """key of spec.images -> image used when an experiment's spec names a build there."""
+    default_queue: str | None = None
+    """Kueue LocalQueue for experiments whose spec names none (Helm value defaultQueue); None:
+    those start at once, without Kueue."""
     nodes: NodeCache | None = None
     """The node watch's nodes (None, or not listed yet: nodes are listed when needed)."""
 

@@ -41,6 +41,7 @@ from surreal_kube.launch.kube.api.client import (
     KubeError,
     resource,
 )
+from surreal_kube.launch.kube.render import workload
 from surreal_kube.launch.kube.status.summary import failure_seen
 from surreal_kube.operator import apply, status
 from surreal_kube.operator.podwatch import SELECTOR, Watcher
@@ -224,9 +225,54 @@ def _recreate(memo: kopf.Memo, kind: str, meta: Mapping[str, Any]) -> None:
         log.warning("recreated %s", ", ".join(recreated))
 
 
+def workload_changed(memo: kopf.Memo, type: str | None, wl: Mapping[str, Any]) -> None:
+    """A Kueue Workload of an experiment changed: when Kueue's verdict (admitted or not) is not
+    the one the experiment was last applied with, apply it again, which creates its pods'
+    workloads on admission and removes them on eviction (apply.admitted)."""
+    meta = wl.get("metadata") or {}
+    name = (meta.get("labels") or {}).get(naming.EXPERIMENT_LABEL)
+    if not name or type == "DELETED":
+        return
+    try:
+        obj = memo.kube.get_or_none(EXPERIMENT, name, meta["namespace"])
+        if obj is None or obj["metadata"].get("deletionTimestamp") or status.is_failed(obj):
+            return
+        admitted = workload.is_admitted(wl)
+        if status.condition_status(obj, "Admitted") == ("True" if admitted else "False"):
+            if not admitted:  # still waiting: Kueue's newest reason (which set, what lacks)
+                reason = workload.waiting_reason(wl, str((wl.get("spec") or {}).get("queueName")))
+                verdict = status.condition("Admitted", "False", "Queued", reason)
+                status.set_conditions(memo.kube, obj, [verdict])
+                memo.refresher.poke(meta["namespace"], name)
+            return
+        log.info("%s/%s: Kueue's verdict changed; applying", meta["namespace"], name)
+        apply.apply_experiment(memo.kube, plain(obj), memo.config)
+    except (SpecError, KubeError) as exc:
+        log.warning("cannot apply %s after its Workload changed: %s", name, exc)
+        return
+    memo.refresher.poke(meta["namespace"], name)
+
+
+def watch_workloads(memo: kopf.Memo, namespaces: Sequence[str] | None) -> Watcher | None:
+    """The watch of the experiments' Kueue Workloads, when this cluster serves Kueue's API
+    (checked once, at start: an operator started before Kueue is installed needs a restart)."""
+    try:
+        memo.kube.resource_for(workload.WORKLOAD.api_version, workload.WORKLOAD.kind)
+    except KubeError:
+        return None
+    return Watcher(
+        memo.kube,
+        workload.WORKLOAD,
+        namespaces,
+        lambda type, wl: workload_changed(memo, type, wl),
+        selector=SELECTOR,
+    )
+
+
 def watch_children(memo: kopf.Memo, namespaces: Sequence[str] | None) -> list[Watcher]:
     """One metadata-only watch per kind the operator creates for an experiment and recreates
-    when it is deleted (not yet started)."""
+    when it is deleted (not yet started), and the watch of its Kueue Workloads when Kueue is
+    installed."""
     watchers = []
     for api_version, kind in CHILD_KINDS:
 
@@ -243,6 +289,9 @@ def watch_children(memo: kopf.Memo, namespaces: Sequence[str] | None) -> list[Wa
                 metadata_only=True,
             )
         )
+    queued = watch_workloads(memo, namespaces)
+    if queued is not None:
+        watchers.append(queued)
     return watchers
 
 

@@ -65,6 +65,12 @@ def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
         metavar="KEY=REF",
         help="image for experiments whose spec names a build under spec.images.KEY (repeatable)",
     )
+    p.add_argument(
+        "--default-queue",
+        metavar="LOCALQUEUE",
+        help="Kueue LocalQueue for experiments whose spec.queue is unset: each is admitted "
+        "whole by Kueue or waits whole (default: none, experiments start at once)",
+    )
     p.add_argument("--liveness", help="serve a liveness probe, e.g. http://0.0.0.0:8080/healthz")
     p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     return p.parse_args(argv)
@@ -126,6 +132,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             profile=load_profile(args.profile) if args.profile else None,
             read_nodes=not args.no_read_nodes,
             default_images=parse_images(args.default_image),
+            default_queue=args.default_queue,
             nodes=None if args.no_read_nodes else NodeCache(),
         )
     except SurrealKubeError as exc:

@@ -52,6 +52,10 @@ RULES: list[dict[str, Any]] = [
     },
     # kopf reports handler outcomes as Events on the Experiment
     {"apiGroups": [""], "resources": ["events"], "verbs": ["create", "patch"]},
+    # an experiment with a queue is one Kueue Workload (render/workload.py); its LocalQueue is
+    # read for the queue's length in the status
+    {"apiGroups": ["kueue.x-k8s.io"], "resources": ["workloads"], "verbs": MANAGE},
+    {"apiGroups": ["kueue.x-k8s.io"], "resources": ["localqueues"], "verbs": ["get"]},
 ]
 
 NODE_RULES: list[dict[str, Any]] = [

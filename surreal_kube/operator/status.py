@@ -114,6 +114,14 @@ def forget_lock(namespace: str, name: str) -> None:
         _locks.pop((namespace, name), None)
 
 
+def condition_status(obj: Mapping[str, Any], type_: str) -> str | None:
+    """ "True", "False" or "Unknown" of one of the experiment's conditions; None: not set."""
+    for cond in (obj.get("status") or {}).get("conditions") or []:
+        if cond.get("type") == type_:
+            return str(cond.get("status"))
+    return None
+
+
 def now() -> str:
     return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
@@ -249,6 +257,9 @@ def refresh(
             if status.phase != "Succeeded":  # a record gone since: the run still succeeded
                 status.phase, status.reason = "Succeeded", old.get("reason")
             conds.append(condition("Succeeded", "True", "BudgetReached", status.reason or ""))
+        elif condition_status(obj, "Admitted") == "False":  # Kueue has not admitted it
+            queued = next(c for c in old.get("conditions") or [] if c.get("type") == "Admitted")
+            status.phase, status.reason = "Queued", queued.get("message") or "queued"
         elif status.phase == "Failed":  # a learner container that cannot run (summarize)
             status.reason = (
                 f"{status.reason}; its workloads were scaled to 0, data and logs are kept"

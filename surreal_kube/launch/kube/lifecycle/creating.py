@@ -17,7 +17,7 @@ from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from surreal_kube.errors import LaunchError
+from surreal_kube.errors import LaunchError, SpecError
 from surreal_kube.experiment.spec import Experiment
 from surreal_kube.launch.kube.api.client import (
     Kube,
@@ -59,6 +59,13 @@ def plan_create(
         if preflight:  # storage.py: data of an earlier run
             check_kept_claim(kube, exp.metadata.name, kube.namespace)
         prof = nodes.result()
+    if exp.spec.queue and not via_operator:
+        why = "--direct" if direct else "this cluster has no surreal-kube operator (its CRD)"
+        raise SpecError(
+            f"spec.queue {exp.spec.queue!r}: a queued experiment waits whole for Kueue's "
+            f"admission, which the operator manages; {why}: create it through the operator, "
+            "or leave spec.queue unset"
+        )
     if preflight and (profile is not None or not via_operator):  # else the operator's volume
         check_storage(kube, (prof or ClusterProfile()).experiment_volume, exp.metadata.name)
     plan = make_plan(exp, kube.namespace, profile=prof, images=images, render=not via_operator)

@@ -52,7 +52,8 @@ passing fault (an API server or a node blip, one OOM kill) and short enough that
 crashes at every start (a bad spec, a missing module) does not hold GPUs for hours."""
 MAX_MESSAGE = 200
 
-Phase = Literal["Pending", "Running", "Succeeded", "Failed"]
+Phase = Literal["Pending", "Queued", "Running", "Succeeded", "Failed"]
+"""Queued: waiting whole for Kueue's admission (spec.queue), no pod of it created."""
 
 
 class StatusModel(BaseModel):
@@ -103,7 +104,9 @@ class ReplacementRecord(StatusModel):
 class ExperimentStatus(StatusModel):
     """The observed state of an experiment."""
 
-    phase: Phase | None = Field(None, description="Pending, Running, Succeeded or Failed")
+    phase: Phase | None = Field(
+        None, description="Pending, Queued (waiting for Kueue), Running, Succeeded or Failed"
+    )
     reason: str | None = Field(None, description="why it is in this phase, one line")
     observed_generation: int | None = Field(None, description="the spec generation reconciled")
     ready: str | None = Field(None, description="ready pods / desired pods, e.g. 9/9")

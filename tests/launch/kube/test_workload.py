@@ -1,0 +1,101 @@
+"""The experiment as one Kueue Workload (render/workload.py), without a cluster: a pod set per
+group as rendered, the owner, the digest that tells a changed experiment, Kueue's verdict."""
+
+from __future__ import annotations
+
+import pytest
+
+from surreal_kube.errors import SpecError
+from surreal_kube.experiment.resolve import resolve_experiment
+from surreal_kube.launch.kube.render import workload
+from surreal_kube.launch.kube.render.objects import render_experiment
+from tests.launch.kube.specs import IMAGES
+
+OWNER = {
+    "apiVersion": "surreal.ai/v1alpha1",
+    "kind": "Experiment",
+    "name": "exp-q",
+    "uid": "0f1e2d3c-aaaa-bbbb-cccc-000000000009",
+}
+
+
+def rendered(*sets: str) -> list[dict]:
+    exp = resolve_experiment("exp-q", sets=["queue=team-a", *sets])
+    return render_experiment(exp, "rl", images=IMAGES)
+
+
+def test_one_pod_set_per_group_with_its_replicas_and_pod_template() -> None:
+    objects = rendered("agents.count=6", "agents.batch=2", "resources.learner.gpu=1")
+    wl = workload.workload_object("exp-q", "team-a", objects, OWNER)
+    assert wl["spec"]["queueName"] == "team-a"
+    assert wl["metadata"]["labels"][workload.QUEUE_NAME_LABEL] == "team-a"
+    (ref,) = wl["metadata"]["ownerReferences"]
+    assert ref["uid"] == OWNER["uid"] and ref["controller"] is True
+    sets = {p["name"]: p for p in wl["spec"]["podSets"]}
+    workloads = {
+        o["spec"]["template"]["metadata"]["labels"]["app.kubernetes.io/component"]: o
+        for o in objects
+        if o["kind"] in workload.POD_KINDS
+    }
+    assert set(sets) == set(workloads)
+    assert sets["agents"]["count"] == 3  # 6 agents, 2 per pod
+    assert sets["learner"]["count"] == 1
+    for group, obj in workloads.items():
+        assert sets[group]["template"]["spec"] == obj["spec"]["template"]["spec"]
+    learner = sets["learner"]["template"]["spec"]["containers"][0]["resources"]
+    assert learner["limits"]["nvidia.com/gpu"] == 1  # what Kueue counts against the quota
+
+
+def test_the_digest_changes_with_the_pod_sets_only() -> None:
+    one = workload.workload_object("exp-q", "team-a", rendered("agents.count=2"), OWNER)
+    same = workload.workload_object("exp-q", "team-a", rendered("agents.count=2"), OWNER)
+    more = workload.workload_object("exp-q", "team-a", rendered("agents.count=4"), OWNER)
+    assert workload.pod_sets_digest(one) == workload.pod_sets_digest(same)
+    assert workload.pod_sets_digest(one) != workload.pod_sets_digest(more)
+
+
+def test_more_pod_sets_than_kueue_takes_is_a_clear_error() -> None:
+    objects = rendered()
+    deployment = next(o for o in objects if o["kind"] == "Deployment")
+    many = objects + [deployment] * workload.MAX_POD_SETS
+    with pytest.raises(SpecError, match=r"at most 8 pod groups per workload, this experiment has"):
+        workload.workload_object("exp-q", "team-a", many, OWNER)
+
+
+def test_kueues_verdict_and_its_reason() -> None:
+    assert not workload.is_admitted(None)
+    assert workload.waiting_reason(None, "team-a") == (
+        "queued in team-a: waiting for Kueue to consider it"
+    )
+    waiting = {
+        "status": {
+            "conditions": [
+                {
+                    "type": "QuotaReserved",
+                    "status": "False",
+                    "message": "couldn't assign flavors to pod set learner:\n insufficient quota",
+                }
+            ]
+        }
+    }
+    assert not workload.is_admitted(waiting)
+    assert workload.waiting_reason(waiting, "team-a") == (
+        "queued in team-a: couldn't assign flavors to pod set learner: insufficient quota"
+    )
+    admitted = {"status": {"conditions": [{"type": "Admitted", "status": "True"}]}}
+    assert workload.is_admitted(admitted)
+    evicted = {
+        "status": {
+            "conditions": [
+                {"type": "Admitted", "status": "True"},
+                {"type": "Evicted", "status": "True", "message": "Preempted to accommodate"},
+            ]
+        }
+    }
+    assert not workload.is_admitted(evicted)
+    assert workload.waiting_reason(evicted, "q") == "queued in q: Preempted to accommodate"
+
+
+def test_a_queue_name_that_is_no_local_queue_is_refused() -> None:
+    with pytest.raises(SpecError, match=r"spec.queue: must be a LocalQueue's name .* got 'Team_A'"):
+        resolve_experiment("exp-q", sets=["queue=Team_A"])
