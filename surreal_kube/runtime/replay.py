@@ -299,16 +299,20 @@ class ReplayShard(RoleBase):
                 self._take_request(*req)
             self._apply_priorities()
         now = time.monotonic()
+        waiting: deque[tuple[bytes, int, dict[str, Any], float]] = deque()
         while self.pending:
-            client, size, meta, deadline = self.pending[0]
+            request = self.pending.popleft()
+            client, size, meta, deadline = request
             if deadline < now:  # its client re-issued it long ago: never serve it now
-                self.pending.popleft()
                 self.expired_requests += 1
                 continue
             self._drop_stale(meta)
             if not self.can_serve(size):
-                break
-            self.pending.popleft()
+                # it waits (for items, or the limiter) without holding back the requests
+                # behind it: one larger than the shard will hold for a while (a stranger's)
+                # starved the learner until it expired
+                waiting.append(request)
+                continue
             batch = self.store.sample(size)
             self.limiter.sample(size)
             self.server.reply(
@@ -316,6 +320,7 @@ class ReplayShard(RoleBase):
                 {"id": meta.get("id"), "shard": self.ctx.index, "n": size, "stats": self.stats()},
                 batch,
             )
+        self.pending = waiting
         if self.credits_out and time.monotonic() - self._last_request > REANNOUNCE_SECONDS:
             # The broker may have restarted and forgotten our credits: announce them again (it
             # caps credits per shard, so repeating them is harmless).

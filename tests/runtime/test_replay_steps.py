@@ -7,7 +7,14 @@ import zmq
 
 from surreal_kube.comm import wire
 from surreal_kube.comm.sockets import make_socket
-from tests.runtime.test_replay_hostile import _real, _until, shard  # noqa: F401 - the fixture
+from tests.runtime.test_replay_hostile import (  # noqa: F401 - shard: the fixture
+    _credit_identity,
+    _real,
+    _replies,
+    _request,
+    _until,
+    shard,
+)
 
 
 def test_dropped_items_count_no_env_steps(shard):  # noqa: F811 - the fixture
@@ -29,3 +36,19 @@ def test_dropped_items_count_no_env_steps(shard):  # noqa: F811 - the fixture
         assert role.stats()["steps"] == 40
     finally:
         stranger.close(0)
+
+
+def test_a_request_the_shard_cannot_serve_yet_holds_back_none_behind_it(shard):  # noqa: F811
+    """Before: requests were served in order only, so one for more items than the shard held
+    (clamped to its capacity, which a rate-limited FIFO shard never reaches) held every
+    request behind it, the learner's included, until it expired (up to a minute): a stranger
+    sending one a minute starved the learner for good."""
+    role, sender, broker, _ = shard
+    sender.send_stacked(_real(role, 8), 8)
+    _until(role, lambda: len(role.store) == 8)
+    shard_id = _credit_identity(role, broker)
+    _request(broker, shard_id, b"evil", batch_size=10**6, id=1, ttl=60.0)
+    _request(broker, shard_id, b"learner", batch_size=8, id=2, ttl=60.0)
+    [reply] = _replies(role, broker, 1)
+    assert reply.meta["id"] == 2
+    assert [req[0] for req in role.pending] == [b"evil"]  # it waits for its items, or expires
