@@ -42,6 +42,9 @@ def test_default_install_objects() -> None:
     )  # pinned: appVersion, the image `build` tags
     assert container["command"] == ["surreal-kube-operator"]
     assert "--namespace=surreal-kube-system" in container["args"]
+    # what `config -o yaml | kubectl apply` sends names a build: it runs on the operator's image
+    assert "--default-image=cpu=surreal-kube/runtime-cpu:0.1.0" in container["args"]
+    assert not [a for a in container["args"] if a.startswith("--default-image=gpu=")]
     assert container["securityContext"]["readOnlyRootFilesystem"] is True
     assert pod["securityContext"]["runAsNonRoot"] is True
     assert pod["serviceAccountName"] == "surreal-kube"

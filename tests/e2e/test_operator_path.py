@@ -95,7 +95,9 @@ def test_helm_install_kubectl_apply_succeeds_helm_uninstall_leaves_nothing(
     )  # fmt: skip
     doc["metadata"]["namespace"] = NAMESPACE
     doc["spec"]["resources"] = {k: {**v, "gpu": 0} for k, v in LEAN.items()}
-    doc["spec"]["images"]["cpu"] = {"image": e2e.image}
+    # the images as printed: a build, which the operator runs on its own image (the chart's
+    # default experimentImages.cpu); before, this test had to overwrite spec.images.cpu
+    assert doc["spec"]["images"]["cpu"]["image"] is None and doc["spec"]["images"]["cpu"]["build"]
     manifest = tmp_path / "experiment.yaml"
     manifest.write_text(yaml.safe_dump(doc))
     e2e.kubectl("apply", "-f", str(manifest))
