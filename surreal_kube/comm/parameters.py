@@ -438,6 +438,32 @@ class ParameterClient:
         self.last_outcome = "new"
         return msg.arrays
 
+    def fetch_into(self, load: Callable[[dict[str, np.ndarray]], None]) -> bool:
+        """`fetch`, handing new parameters to `load` (an actor's `load_parameters`); True if
+        it took them.
+
+        The content hash is no signature: a peer that joined the parameter server can serve
+        a set whose hash matches but whose names or shapes are not the model's, and `load`
+        raised and ended every agent and evaluator that fetched it. Any error of `load` is a
+        counted drop (logged with its reason), and the client keeps the parameters it held.
+        """
+        before = self.info
+        params = self.fetch()
+        if params is None:
+            return False
+        try:
+            load(params)
+        except Exception as exc:
+            self.info = before
+            self.updates -= 1
+            self.rejects.add(
+                wire.WireError("bad-params", f"{type(exc).__name__}: {str(exc)[:200]}"),
+                "fetch reply",
+            )
+            self._failed(rebuild=False)
+            return False
+        return True
+
     def _failed(self, rebuild: bool = True) -> None:
         self.failures += 1
         self.last_outcome = "failed"

@@ -159,14 +159,15 @@ class AgentsRole(RoleBase):
 
     def fetch(self) -> None:
         """Fetch and, when new, load the parameters into every actor."""
-        params = self.params.fetch()
-        if params is None:
+        if not self.params.fetch_into(self._load):  # another model's parameters: a drop
             return
-        for slot in self.slots:
-            slot.actor.load_parameters(params)
         self._version_stamp = np.array(self.param_version, dtype=np.int64)
         if self.params.updates == 1:
             log.info("first parameters received (iteration %d)", self.param_version)
+
+    def _load(self, params: dict[str, np.ndarray]) -> None:
+        for slot in self.slots:
+            slot.actor.load_parameters(params)
 
     def wait_for_parameters(self) -> None:
         """Block (responsive to SIGTERM) until the parameter server has the learner's parameters."""

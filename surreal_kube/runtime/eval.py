@@ -116,9 +116,7 @@ class EvalRole(RoleBase):
         None if interrupted, or while the learner has published nothing yet: a return of the
         initial random weights says nothing about the experiment and would sit on its curve.
         """
-        params = self.params.fetch()
-        if params is not None:
-            self.actor.load_parameters(params)
+        self.params.fetch_into(self.actor.load_parameters)  # another model's: a counted drop
         if self.params.info is None:
             return None
         info = self.params.info
