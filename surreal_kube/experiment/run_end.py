@@ -20,8 +20,11 @@ from __future__ import annotations
 from surreal_kube.experiment.spec import SessionSpec
 
 LEARNER_MAX_RESTARTS = 5
-"""Restarts of a learner after which its next death fails the run (the kube status uses the same
-bound for a learner container, launch/kube/status/summary.py)."""
+"""Restarts of a learner after which its next death fails the run, in both backends (the kube
+status counts a learner container's restarts against it, and it is the operator's default). With
+the kubelet's crash back-off (10 s doubling to 5 min) that is about 5 minutes of trying: long
+enough for a passing fault (an API server or a node blip, one OOM kill), short enough that a
+learner that crashes at every start (a bad spec, a missing module) does not hold GPUs for hours."""
 FINAL_EVAL_TIMEOUT = 120.0
 """Seconds the evaluators may take over the final evaluation before the run ends without it."""
 

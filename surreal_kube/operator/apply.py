@@ -34,10 +34,8 @@ from surreal_kube.launch.kube.plan import (
     ImageChooser,
     Plan,
     make_plan,
-    merge_profiles,
-    object_profile,
 )
-from surreal_kube.launch.kube.profile import ClusterProfile
+from surreal_kube.launch.kube.profile import ClusterProfile, merge_profiles, object_profile
 from surreal_kube.launch.kube.render import custom_resource, workload
 from surreal_kube.launch.kube.status import progress as kube_progress
 from surreal_kube.operator.config import Config
@@ -76,7 +74,7 @@ def profile(
     kube: Kube | None, config: Config, obj: Mapping[str, Any] | None = None
 ) -> ClusterProfile | None:
     """The profile to render `obj` with: the operator's, with the object's `spec.profile` keys
-    over it (`plan.merge_profiles`), pools discovered when it lists none (cached a minute).
+    over it (`profile.merge_profiles`), pools discovered when it lists none (cached a minute).
     kube None: no nodes are read."""
     base = merge_profiles(config.profile, object_profile(obj) if obj is not None else None)
     if kube is None or not config.read_nodes:

@@ -9,6 +9,7 @@ for StatefulSet pods, and the objects of `experiment.names.EXPERIMENT_OBJECTS` (
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Any
 
 from surreal_kube.experiment import names
 
@@ -94,3 +95,14 @@ def labels(
 def experiment_selector(experiment: str) -> str:
     """A label selector string matching every object of one experiment (for list and delete)."""
     return f"{EXPERIMENT_LABEL}={experiment}"
+
+
+RETAIN_ANNOTATION = "surreal.ai/retain"
+"""On an object that must outlive its experiment (the data claim unless `retain: false`): never
+owned, so deleting the experiment keeps it."""
+
+
+def is_retained(obj: Mapping[str, Any]) -> bool:
+    """True for objects that must outlive the experiment (never owned)."""
+    annotations = (obj.get("metadata") or {}).get("annotations") or {}
+    return annotations.get(RETAIN_ANNOTATION) == "true"

@@ -19,9 +19,10 @@ Same spec, same profile, same images: the same objects, byte for byte (`Plan.yam
 entry point made the plan; only the owner differs (the CLI sets the spec's ConfigMap as the root
 once it exists, the operator owns everything by its `Experiment`).
 
-Where the profile comes from is decided by the callers (`cluster.effective_profile` reads the
-live pools when the profile lists none); an `Experiment` may carry its own (`spec.profile`,
-`object_profile`), whose keys replace the operator's (`merge_profiles`).
+Where the profile comes from is decided by the callers (`placement.pools.effective_profile`
+reads the live pools when the profile lists none); an `Experiment` may carry its own
+(`spec.profile`, `profile.object_profile`), whose keys replace the operator's
+(`profile.merge_profiles`).
 """
 
 from __future__ import annotations
@@ -30,11 +31,10 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from surreal_kube.errors import SpecError
 from surreal_kube.experiment.spec import Experiment, ImageSpec
 from surreal_kube.launch.kube.images.planner import planned_references
 from surreal_kube.launch.kube.placement.place import Placement, place
-from surreal_kube.launch.kube.profile import ClusterProfile, profile_from_dict
+from surreal_kube.launch.kube.profile import ClusterProfile
 from surreal_kube.launch.kube.render.objects import (
     dump_objects,
     render_experiment,
@@ -43,8 +43,6 @@ from surreal_kube.launch.kube.render.objects import (
 
 ImageChooser = Callable[[Experiment, list[str]], Mapping[str, str]]
 """(experiment, keys of spec.images it runs) -> key -> exact reference."""
-PROFILE_KEY = "profile"
-"""Where an `Experiment` object carries its cluster profile: `spec.profile`."""
 
 
 @dataclass
@@ -157,47 +155,3 @@ def used_image_refs(exp: Experiment) -> dict[str, str] | None:
             return None
         refs[key] = spec.image
     return refs
-
-
-# --------------------------------------------------------------------------- the object's profile
-
-
-def profile_document(profile: ClusterProfile) -> dict[str, Any]:
-    """A profile as the `spec.profile` of an `Experiment`: every key, nulls left out.
-
-    Every key is written, so the operator renders with exactly this profile and none of its
-    own settings (a null would mean "the operator's", which is not what was planned).
-    """
-    return profile.model_dump(by_alias=True, mode="json", exclude_none=True)
-
-
-def object_profile(obj: Mapping[str, Any]) -> dict[str, Any] | None:
-    """The `spec.profile` section of an `Experiment` object (a mapping), or None without one."""
-    spec = obj.get("spec") or {}
-    section = spec.get(PROFILE_KEY) if isinstance(spec, Mapping) else None
-    if section is None:
-        return None
-    if not isinstance(section, Mapping):
-        raise SpecError(
-            f"spec.{PROFILE_KEY}: must be a mapping of cluster-profile keys "
-            "(pools, experimentVolume, imagePullSecrets, ...), got "
-            f"{type(section).__name__}"
-        )
-    return dict(section)
-
-
-def merge_profiles(
-    base: ClusterProfile | None, section: Mapping[str, Any] | None
-) -> ClusterProfile | None:
-    """The operator's profile with an `Experiment`'s `spec.profile` over it, key by key.
-
-    Each top-level key the object gives replaces the operator's value of that key whole (its
-    `experimentVolume`, its `imagePullSecrets` list, its `pools`); keys it leaves out keep the
-    operator's. Like a PVC that names a StorageClass or gets the cluster's default: what the
-    object says is what runs, and the cluster fills in the rest. SpecError names the field.
-    """
-    if section is None:
-        return base
-    doc = base.model_dump(by_alias=True, mode="json", exclude_none=True) if base else {}
-    doc.update(section)
-    return profile_from_dict(doc, f"spec.{PROFILE_KEY}")

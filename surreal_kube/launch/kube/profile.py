@@ -340,3 +340,48 @@ def pools_from_nodes(nodes: Iterable[Mapping[str, Any]]) -> list[NodePool]:
             )
         )
     return pools
+
+
+PROFILE_KEY = "profile"
+"""Where an `Experiment` object carries its cluster profile: `spec.profile`."""
+
+
+def profile_document(profile: ClusterProfile) -> dict[str, Any]:
+    """A profile as the `spec.profile` of an `Experiment`: every key, nulls left out.
+
+    Every key is written, so the operator renders with exactly this profile and none of its
+    own settings (a null would mean "the operator's", which is not what was planned).
+    """
+    return profile.model_dump(by_alias=True, mode="json", exclude_none=True)
+
+
+def object_profile(obj: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The `spec.profile` section of an `Experiment` object (a mapping), or None without one."""
+    spec = obj.get("spec") or {}
+    section = spec.get(PROFILE_KEY) if isinstance(spec, Mapping) else None
+    if section is None:
+        return None
+    if not isinstance(section, Mapping):
+        raise SpecError(
+            f"spec.{PROFILE_KEY}: must be a mapping of cluster-profile keys "
+            "(pools, experimentVolume, imagePullSecrets, ...), got "
+            f"{type(section).__name__}"
+        )
+    return dict(section)
+
+
+def merge_profiles(
+    base: ClusterProfile | None, section: Mapping[str, Any] | None
+) -> ClusterProfile | None:
+    """The operator's profile with an `Experiment`'s `spec.profile` over it, key by key.
+
+    Each top-level key the object gives replaces the operator's value of that key whole (its
+    `experimentVolume`, its `imagePullSecrets` list, its `pools`); keys it leaves out keep the
+    operator's. Like a PVC that names a StorageClass or gets the cluster's default: what the
+    object says is what runs, and the cluster fills in the rest. SpecError names the field.
+    """
+    if section is None:
+        return base
+    doc = base.model_dump(by_alias=True, mode="json", exclude_none=True) if base else {}
+    doc.update(section)
+    return profile_from_dict(doc, f"spec.{PROFILE_KEY}")

@@ -26,8 +26,8 @@ import yaml
 from surreal_kube.errors import SpecError
 from surreal_kube.experiment.resolve import resolve_experiment, to_document
 from surreal_kube.launch.kube import plan as kube_plan
-from surreal_kube.launch.kube.plan import make_plan, merge_profiles
-from surreal_kube.launch.kube.profile import load_profile, profile_from_dict
+from surreal_kube.launch.kube.plan import make_plan
+from surreal_kube.launch.kube.profile import load_profile, merge_profiles, profile_from_dict
 from surreal_kube.launch.kube.render import objects as render
 from surreal_kube.launch.kube.render.custom_resource import experiment_object, resolve_object
 from surreal_kube.launch.kube.render.objects import dump_objects

@@ -20,6 +20,7 @@ from surreal_kube.experiment.resolve import (
 )
 from surreal_kube.experiment.topology import ENDPOINTS
 from surreal_kube.launch.kube import naming
+from surreal_kube.launch.kube.naming import RETAIN_ANNOTATION
 from surreal_kube.launch.kube.plan import pin_images
 from surreal_kube.launch.kube.profile import profile_from_dict
 from surreal_kube.launch.kube.render.objects import (
@@ -30,7 +31,7 @@ from surreal_kube.launch.kube.render.objects import (
     render_experiment,
     split_weighted,
 )
-from surreal_kube.launch.kube.render.ownership import RETAIN_ANNOTATION, root_of, set_owner
+from surreal_kube.launch.kube.render.ownership import root_of, set_owner
 from tests.launch.kube.specs import IMAGES, MATRIX, endpoint_of_variable, experiment
 
 K8S_VERSION = "1.37.0"

@@ -18,9 +18,6 @@ from surreal_kube.launch.kube.api.client import (
     KubeError,
     Resource,
 )
-from surreal_kube.launch.kube.status.summary import (
-    slim_pod,
-)
 
 
 def list_with_version(
@@ -58,17 +55,17 @@ def list_with_version(
 def list_pods(
     kube: Kube, namespace: str | None, selector: str, *, all_namespaces: bool = False
 ) -> list[dict[str, Any]]:
-    """The pods matching `selector`, slim (`status.slim_pod`), decoded as such (`slim.py`)."""
+    """The pods matching `selector`, slim (`slim.slim_pod`), decoded as such (`slim.py`)."""
     listed = kube.list(
         POD, namespace, labels=selector, all_namespaces=all_namespaces, decode=slim.pod_list
     )
-    return [slim_pod(p) for p in listed]
+    return [slim.slim_pod(p) for p in listed]
 
 
 class PodWatch:
     """The pods matching a selector, kept current by one list and then a watch (a thread).
 
-    `snapshot()` gives the pods (slim copies, `status.slim_pod`); `changed` is set whenever one
+    `snapshot()` gives the pods (slim copies, `slim.slim_pod`); `changed` is set whenever one
     changed. A watch the server ends is resumed from the last resourceVersion; one that expired
     (410 Gone) or broke starts again with a list. Use it as a context manager.
     """
@@ -107,7 +104,7 @@ class PodWatch:
         items, version = list_with_version(
             self.kube, POD, self.namespace, self.selector, decode=slim.pod_list
         )
-        pods = {pod["metadata"]["name"]: slim_pod(pod) for pod in items}
+        pods = {pod["metadata"]["name"]: slim.slim_pod(pod) for pod in items}
         with self._lock:
             self._pods = pods
         self.changed.set()
@@ -132,7 +129,7 @@ class PodWatch:
                             if kind == "DELETED":
                                 self._pods.pop(name, None)
                             else:
-                                self._pods[name] = slim_pod(pod)
+                                self._pods[name] = slim.slim_pod(pod)
                         self.changed.set()
                 failures = 0
             except KubeError as exc:

@@ -1,6 +1,6 @@
 """Deleting an experiment: the root goes, ownership removes the rest; optionally wait for it.
 
-A claim kept for its data (`ownership.is_retained`) is not waited for: it outlives the
+A claim kept for its data (`naming.is_retained`) is not waited for: it outlives the
 experiment on purpose (`delete --delete-data` removes it, `placement/storage.py`)."""
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from surreal_kube.launch.kube.api.client import (
 )
 from surreal_kube.launch.kube.lifecycle import apply
 from surreal_kube.launch.kube.lifecycle.finding import Found
-from surreal_kube.launch.kube.render.ownership import is_retained
+from surreal_kube.launch.kube.naming import is_retained
 
 Progress = Callable[[str], None]
 

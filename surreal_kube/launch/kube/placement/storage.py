@@ -26,8 +26,8 @@ from typing import Any
 from surreal_kube.errors import LaunchError, SpecError
 from surreal_kube.launch.kube import naming
 from surreal_kube.launch.kube.api.client import ForbiddenError, Kube, Resource, resource
+from surreal_kube.launch.kube.naming import is_retained
 from surreal_kube.launch.kube.profile import ExperimentVolume
-from surreal_kube.launch.kube.render.ownership import is_retained
 
 log = logging.getLogger(__name__)
 

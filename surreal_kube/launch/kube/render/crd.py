@@ -29,7 +29,7 @@ from typing import Any
 import yaml
 
 from surreal_kube.experiment.spec import API_VERSION, COMPONENTS, KIND, ExperimentSpec
-from surreal_kube.launch.kube.plan import PROFILE_KEY
+from surreal_kube.launch.kube.profile import PROFILE_KEY
 from surreal_kube.launch.kube.status.summary import ExperimentStatus
 
 GROUP, VERSION = API_VERSION.split("/")

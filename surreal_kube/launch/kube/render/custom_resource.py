@@ -17,8 +17,7 @@ from surreal_kube.experiment.resolve import (
     validate_document,
 )
 from surreal_kube.experiment.spec import Experiment
-from surreal_kube.launch.kube.plan import PROFILE_KEY, profile_document
-from surreal_kube.launch.kube.profile import ClusterProfile
+from surreal_kube.launch.kube.profile import PROFILE_KEY, ClusterProfile, profile_document
 
 
 def resolve_object(obj: Mapping[str, Any]) -> Experiment:

@@ -50,6 +50,7 @@ from surreal_kube.experiment.spec import Experiment
 from surreal_kube.experiment.topology import ENV_PREFIX, Group, Process, Topology
 from surreal_kube.experiment.topology import endpoint as endpoint_spec
 from surreal_kube.launch.kube import naming
+from surreal_kube.launch.kube.naming import RETAIN_ANNOTATION
 from surreal_kube.launch.kube.placement.place import (
     Placement,
     data_groups,
@@ -60,7 +61,7 @@ from surreal_kube.launch.kube.placement.place import (
 )
 from surreal_kube.launch.kube.profile import ClusterProfile
 from surreal_kube.launch.kube.render.gpus import ContainerGPUs, container_gpus
-from surreal_kube.launch.kube.render.ownership import RETAIN_ANNOTATION, owner_reference
+from surreal_kube.launch.kube.render.ownership import owner_reference
 
 CONFIG_DIR = "/etc/surreal"
 CONFIG_KEY = "experiment.yaml"

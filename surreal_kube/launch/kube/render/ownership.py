@@ -20,8 +20,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from surreal_kube.errors import LaunchError
+from surreal_kube.launch.kube.naming import is_retained
 
-RETAIN_ANNOTATION = "surreal.ai/retain"
 OWNER_KEYS = ("apiVersion", "kind", "name", "uid")
 
 
@@ -33,12 +33,6 @@ def owner_reference(owner: Mapping[str, Any]) -> dict[str, Any]:
     ref: dict[str, Any] = {k: str(owner[k]) for k in OWNER_KEYS}
     ref.update(controller=True, blockOwnerDeletion=True)
     return ref
-
-
-def is_retained(obj: Mapping[str, Any]) -> bool:
-    """True for objects that must outlive the experiment (never owned)."""
-    annotations = (obj.get("metadata") or {}).get("annotations") or {}
-    return annotations.get(RETAIN_ANNOTATION) == "true"
 
 
 def is_same(obj: Mapping[str, Any], owner: Mapping[str, Any]) -> bool:

@@ -30,6 +30,7 @@ from pydantic.alias_generators import to_camel
 
 from surreal_kube.experiment import progress as progress_keys
 from surreal_kube.experiment.quantity import BINARY_UNITS
+from surreal_kube.experiment.run_end import LEARNER_MAX_RESTARTS
 from surreal_kube.launch.kube import naming
 from surreal_kube.launch.kube.api.slim import slim_pod as slim_pod  # its callers import it here
 from surreal_kube.launch.kube.placement.fit import admits, allocatable, free_capacity, pod_requests
@@ -44,12 +45,6 @@ PROGRESS_ANNOTATION = naming.PROGRESS_ANNOTATION
 GPU = "nvidia.com/gpu"
 MAX_PENDING_SHOWN = 10
 """Pending reasons kept per component in the status (a thousand pending agents say it once)."""
-LEARNER_MAX_RESTARTS = 5
-"""A learner container restarted this many times after a non-zero exit cannot run: the
-experiment is Failed. The local supervisor's bound, and the operator's default: with the kubelet's
-crash back-off (10 s doubling to 5 min) that is about 5 minutes of trying, long enough for a
-passing fault (an API server or a node blip, one OOM kill) and short enough that a learner that
-crashes at every start (a bad spec, a missing module) does not hold GPUs for hours."""
 MAX_MESSAGE = 200
 
 Phase = Literal["Pending", "Queued", "Running", "Succeeded", "Failed"]
