@@ -29,6 +29,7 @@ import pytest
 import zmq
 
 from surreal_kube.comm import wire
+from surreal_kube.comm.parameters import content_hash
 from surreal_kube.comm.sampling import READY, REPLY
 from surreal_kube.envs import env_spaces
 from surreal_kube.launch.local.folder import read_json
@@ -40,6 +41,8 @@ pytestmark = pytest.mark.slow
 SK = [sys.executable, "-m", "surreal_kube.cli.main"]
 BUDGET = 24000
 FINAL = ("Succeeded", "Failed", "Stopped")
+STRANGER = b"stranger"
+"""The routing id of the peer's own sample requests."""
 SPEC = [
     "--algorithm", "ppo", "--env", "gym:CartPole-v1", "--num-agents", "1", "--num-evals", "1",
     "--set", "session.checkpoint.period=5", "--set", "session.checkpoint.minIntervalSeconds=0",
@@ -108,7 +111,7 @@ class Peer:
     def addr(self, name: str) -> str:
         return f"tcp://127.0.0.1:{self.ports[name]}"
 
-    def sock(self, kind: int, name: str, **options: int) -> zmq.Socket[bytes]:
+    def sock(self, kind: int, name: str, **options: int | bytes) -> zmq.Socket[bytes]:
         s = self.ctx.socket(kind)
         s.setsockopt(zmq.LINGER, 2000)  # what was sent gets there before close
         if self.keys is not None:
@@ -179,7 +182,7 @@ def attack_experience(peer: Peer, folder: Path) -> None:
 
 def attack_sampler(peer: Peer) -> None:
     """Malformed and forged sample requests, priorities for no shard, an oversized frame."""
-    dealer = peer.sock(zmq.DEALER, "replay-sampler")
+    dealer = peer.sock(zmq.DEALER, "replay-sampler", ROUTING_ID=STRANGER)
     for frames in malformed(wire.SAMPLE, {"batch_size": 16}):
         dealer.send_multipart(frames)
     for meta in (
@@ -197,7 +200,8 @@ def attack_sampler(peer: Peer) -> None:
 
 def fake_replay_shard(peer: Peer) -> int:
     """Join the sampler's backend as a shard, take requests and answer them with forged
-    batches (a layout of its own, stats that claim 10**15 env steps); how many it answered."""
+    batches (a layout of its own, stats that claim 10**15 env steps); how many of the
+    learner's it answered (the stranger's own forged requests may come its way too)."""
     shard = peer.sock(zmq.DEALER, "replay-sampler-backend")
     shard.send_multipart([READY, b"7"])
     shard.send_multipart([b"NONSENSE", b"x"])  # an envelope of no kind
@@ -213,15 +217,16 @@ def fake_replay_shard(peer: Peer) -> int:
         meta = {"id": request.meta.get("id"), "shard": 0, "n": 16, "stats": {"steps": 10**15}}
         forged = {"obs": np.zeros((16, 3), np.float32)}
         shard.send_multipart([REPLY, client, *wire.encode(wire.BATCH, meta, forged)])
-        answered += 1
+        if client != STRANGER:
+            answered += 1
         shard.send_multipart([READY, b"7"])
     shard.send_multipart([REPLY, b"no-such-client", *wire.encode(wire.BATCH, {}, {})])
     return answered
 
 
 def fake_parameter_server(peer: Peer, folder: Path) -> int:
-    """Join the parameter server's backend as a shard and serve forged parameters whose hash
-    does not match their content; how many fetches it answered."""
+    """Join the parameter server's backend as a shard and serve forged parameters (a hash that
+    does not match, or another model's with a matching one); how many fetches it answered."""
     rep = peer.sock(zmq.REP, "ps-backend")
     answered = 0
     deadline = time.monotonic() + 120
@@ -229,8 +234,10 @@ def fake_parameter_server(peer: Peer, folder: Path) -> int:
         if not rep.poll(500):
             continue
         rep.recv_multipart()
-        params = {"pi/0.weight": np.full((2, 4), 1e6, np.float32)}
-        meta = {"iteration": 10**9, "hash": "0" * 24, "time": time.time(), "env_steps": 10**15}
+        params = {"model/pi.weight": np.full((2, 4), 1e6, np.float32)}
+        # a hash that does not match, or one that does over another model's parameters
+        digest = content_hash(params) if answered % 2 else "0" * 24
+        meta = {"iteration": 10**9, "hash": digest, "time": time.time(), "env_steps": 10**15}
         rep.send_multipart(wire.encode(wire.PARAMS, meta, params))
         answered += 1
     return answered
@@ -312,8 +319,8 @@ def test_a_hostile_peer_cannot_crash_stall_or_end_a_running_experiment(experimen
 
     # the learner keeps learning, and nobody died or restarted
     wait_for("the learner iterating after the attack", lambda: iteration(folder) >= attacked_at + 3)
-    during = state_of(folder)
-    assert during["phase"] == "Running", during.get("reason")
+    during = state_of(folder)  # the run may be at its budget by now: the end is checked below
+    assert during["phase"] in ("Running", "Stopping", "Succeeded"), during.get("reason")
     for name, proc in during["processes"].items():
         assert proc["restarts"] == 0 and proc["pid"] == pids[name], (name, proc)
 
