@@ -55,8 +55,10 @@ CHILD_KINDS = (
     ("apps/v1", "Deployment"),
     ("v1", "Service"),
     ("v1", "ConfigMap"),
+    ("networking.k8s.io/v1", "NetworkPolicy"),
 )
-"""What the operator recreates when it disappears (the progress record is a ConfigMap too)."""
+"""What the operator recreates when it disappears (the progress record is a ConfigMap too; a
+deleted NetworkPolicy would leave its pods open)."""
 
 
 def plain(body: Mapping[str, Any]) -> dict[str, Any]:

@@ -34,6 +34,8 @@ RULES: list[dict[str, Any]] = [
         "verbs": MANAGE,
     },
     {"apiGroups": ["apps"], "resources": ["statefulsets", "deployments"], "verbs": MANAGE},
+    # each group's ingress boundary (render/templates/networkpolicy.yaml.j2)
+    {"apiGroups": ["networking.k8s.io"], "resources": ["networkpolicies"], "verbs": MANAGE},
     # the reporter's Role lets tensorplex scale its own workloads to 0 at the end of the run
     # (runtime/conductor.py); the operator may grant that only if it holds it
     {

@@ -79,3 +79,46 @@ def test_a_network_policy_denies_ingress_between_real_pods(
     assert token in log and "rc=0" in log, log
     log = outcome("still-denied")
     assert token not in log and "rc=0" not in log, log
+
+
+def test_the_rendered_boundary_admits_the_experiment_and_refuses_a_stranger(
+    policy_engine: Any, kube_cluster: Any, kube_namespace: str
+) -> None:
+    """Issue 25 item 1 with a real engine: the NetworkPolicy `render` makes for an experiment's
+    replay group, applied as rendered, lets a pod of the experiment reach the replay's collector
+    port and refuses a pod of another experiment and an unlabelled one."""
+    from surreal_kube.experiment.resolve import resolve_experiment
+    from surreal_kube.launch.kube import naming
+    from surreal_kube.launch.kube.render.objects import render_experiment
+    from tests.operator.support import IMAGES
+
+    kube = connect(kube_cluster, kube_namespace)
+    exp = resolve_experiment("exp-wall")
+    (boundary,) = [
+        o
+        for o in render_experiment(exp, kube_namespace, images=IMAGES)
+        if o["kind"] == "NetworkPolicy" and o["metadata"]["name"] == "exp-wall-replay"
+    ]
+    port = min(p["port"] for p in boundary["spec"]["ingress"][0]["ports"])
+    token = uuid.uuid4().hex
+    serve = f"mkdir -p /www && echo {token} > /www/index.html && exec httpd -f -p {port} -h /www"
+    labels = {**naming.selector_labels("exp-wall", "replay"), naming.EXPERIMENT_LABEL: "exp-wall"}
+    kube.create(real_pod("replay", ["sh", "-c", serve], labels=labels, ports=[port]))
+    addr = wait_running(kube, "replay")["status"]["podIP"]
+    kube.create(boundary)
+    wait_for(
+        "kube-router's chain for the rendered policy",
+        lambda: addr in policy_engine.iptables_rules(),
+    )
+
+    def outcome(name: str, labels: dict[str, str] | None = None) -> str:
+        fetch = f'timeout 5 wget -q -O - "http://{addr}:{port}/"; echo "rc=$?"'
+        kube.create(real_pod(name, ["sh", "-c", fetch], labels=labels))
+        wait_finished(kube, name)
+        return pod_log(kube, name)
+
+    ours = outcome("agent", {naming.EXPERIMENT_LABEL: "exp-wall"})
+    assert token in ours and "rc=0" in ours, ours
+    for name, labels in (("other-exp", {naming.EXPERIMENT_LABEL: "exp-other"}), ("stranger", None)):
+        log = outcome(name, labels)
+        assert token not in log and "rc=0" not in log, (name, log)

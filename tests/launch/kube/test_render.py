@@ -548,3 +548,37 @@ def test_a_gpu_container_knows_its_node_for_the_no_cuda_error() -> None:
     node = {"name": "SURREAL_NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}}
     assert node in env_of["learner"]
     assert all(node not in env for name, env in env_of.items() if name != "learner")
+
+
+def test_every_group_has_an_ingress_boundary_on_the_ports_it_binds() -> None:
+    """Issue 25 item 1: ingress to each group's pods only from the experiment's own pods, on the
+    ports its Service lists; agents and evals bind nothing and take no ingress at all."""
+    exp = resolve_experiment("exp-np", sets=["evals.count=1"])
+    objects = render_experiment(exp, "rl", images=IMAGES)
+    policies = {o["metadata"]["name"]: o for o in objects if o["kind"] == "NetworkPolicy"}
+    services = {
+        o["metadata"]["name"]: sorted(p["port"] for p in o["spec"].get("ports", []))
+        for o in objects
+        if o["kind"] == "Service"
+    }
+    groups = {g.name for g in exp.topology.groups}
+    assert set(policies) == {f"exp-np-{g}" for g in groups}
+    for name, policy in policies.items():
+        spec = policy["spec"]
+        group = name.removeprefix("exp-np-")
+        assert spec["podSelector"]["matchLabels"] == naming.selector_labels("exp-np", group)
+        assert spec["policyTypes"] == ["Ingress"]
+        ports = services.get(name, [])
+        if not ports:
+            assert spec["ingress"] == [], name
+            continue
+        (rule,) = spec["ingress"]
+        assert rule["from"] == [
+            {"podSelector": {"matchLabels": {naming.EXPERIMENT_LABEL: "exp-np"}}}
+        ]
+        assert sorted(p["port"] for p in rule["ports"]) == ports, name
+    assert policies["exp-np-agents"]["spec"]["ingress"] == []
+    # applied before any workload: no pod runs open, even for a moment
+    from surreal_kube.launch.kube.lifecycle.apply import POD_NEEDS
+
+    assert "NetworkPolicy" in POD_NEEDS

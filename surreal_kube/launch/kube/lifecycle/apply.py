@@ -37,6 +37,7 @@ PRUNABLE: tuple[Resource, ...] = (
     resource("apps/v1", "Deployment"),
     resource("v1", "Service"),
     resource("v1", "ConfigMap"),
+    resource("networking.k8s.io/v1", "NetworkPolicy"),
 )
 """Kinds an experiment renders that may disappear when its spec changes."""
 
@@ -59,9 +60,10 @@ def key(obj: Mapping[str, Any]) -> tuple[str, str, str]:
 
 
 WORKLOAD_KINDS = ("StatefulSet", "Deployment", "Job", "ReplicaSet", "Pod")
-POD_NEEDS = ("ServiceAccount", "ConfigMap", "Secret", "PersistentVolumeClaim")
+POD_NEEDS = ("ServiceAccount", "ConfigMap", "Secret", "PersistentVolumeClaim", "NetworkPolicy")
 """What a pod refers to and cannot be admitted (its ServiceAccount), scheduled (its claim) or
-started (its volumes) without; applied before any workload."""
+started (its volumes) without, and its NetworkPolicy (no pod runs, even briefly, open to
+strangers); applied before any workload."""
 PARALLEL = 8
 """Requests in flight at once: on a busy API server each apply waits for its answer, and the
 answers of twenty objects need not come one after another."""
@@ -79,11 +81,11 @@ def apply_objects(
     """Server-side apply the objects; the objects as stored (or as they would be), in order.
 
     Two waves of up to PARALLEL requests at once: first what a pod cannot be made or started
-    without (`POD_NEEDS`: its ServiceAccount, ConfigMaps, Secrets, claims), then the workloads,
-    largest first, and after them what only running processes use (Services, RBAC), so that no
-    pod is made before its claim exists and the thousand agent pods start first: the Services
-    and RBAC in the first wave held the workloads back by another round of requests at 10,000
-    agents. `applied` (if given) collects the objects the server took, for a rollback.
+    without (`POD_NEEDS`: ServiceAccount, ConfigMaps, Secrets, claims, policies), then the
+    workloads, largest first, and after them what only running processes use (Services, RBAC),
+    so that no pod is made before its claim exists and the thousand agent pods start first: the
+    Services and RBAC in the first wave held the workloads back by another round of requests at
+    10,000 agents. `applied` (if given) collects the objects the server took, for a rollback.
     """
     from concurrent.futures import ThreadPoolExecutor
 

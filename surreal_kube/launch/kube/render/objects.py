@@ -246,6 +246,12 @@ def render_text(
                 env.get_template("service.yaml.j2").render(namespace=namespace, service=service)
             )
     for group in topo.groups:
+        docs.append(
+            env.get_template("networkpolicy.yaml.j2").render(
+                namespace=namespace, policy=ctx.network_policy(group)
+            )
+        )
+    for group in topo.groups:
         kind = "statefulset" if group.replicated else "deployment"
         docs.append(
             env.get_template(f"{kind}.yaml.j2").render(
@@ -467,6 +473,18 @@ class _Context:
         if not group.exposed:
             return []
         return [{**base, "headless": False, "ports": self._ports(group.exposed)}]
+
+    def network_policy(self, group: Group) -> dict[str, Any]:
+        """One group's ingress boundary: from the experiment's own pods only, on the ports it
+        binds for others (its Service's); a group that binds none takes no ingress at all."""
+        return {
+            "name": naming.object_name(self.name, group.name),
+            "labels": self._labels(group.name),
+            "owner": self.owner,
+            "selector": naming.selector_labels(self.name, group.name),
+            "peers": {naming.EXPERIMENT_LABEL: self.name},
+            "ports": sorted({endpoint_spec(e).port for e in group.exposed}),
+        }
 
     def _ports(self, endpoints: tuple[str, ...]) -> list[dict[str, Any]]:
         taken: set[str] = set()
