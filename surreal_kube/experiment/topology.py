@@ -216,18 +216,19 @@ class Topology:
         return book
 
     def addresses_kube(self, namespace: str, domain: str = "cluster.local") -> dict[str, Address]:
-        """Addresses on Kubernetes: cluster endpoints through the group's Service DNS name."""
+        """Addresses on Kubernetes: cluster endpoints through the group's Service DNS name, bound
+        on every interface (the NetworkPolicy is their boundary); pod-scoped ones on loopback."""
         book: dict[str, Address] = {}
         for name, binder in self.binders.items():
             ep = endpoint(name)
             group = self.process(binder).group
             scheme = "tcp" if ep.protocol == "zmq" else "http"
             if ep.scope == "cluster":
-                dns = f"{self.experiment}-{group}.{namespace}.svc.{domain}"
-            else:
-                dns = "127.0.0.1"
+                listen, dns = "0.0.0.0", f"{self.experiment}-{group}.{namespace}.svc.{domain}"
+            else:  # between the containers of one pod: nothing outside it can even try
+                listen = dns = "127.0.0.1"
             book[name] = Address(
-                f"{scheme}://0.0.0.0:{ep.port}", f"{scheme}://{dns}:{ep.port}", group, ep.port
+                f"{scheme}://{listen}:{ep.port}", f"{scheme}://{dns}:{ep.port}", group, ep.port
             )
         check_ports(book)
         return book

@@ -193,3 +193,18 @@ def test_a_resolved_experiment_carries_its_topology_built_once() -> None:
     assert pinned.topology is exp.topology  # images are not part of the graph
     assert pinned.spec.images["cpu"].image.startswith("registry.local/")
     assert exp.spec.images["cpu"].build is not None  # the original is untouched
+
+
+def test_pod_scoped_endpoints_bind_loopback_on_kubernetes() -> None:
+    """Issue 25 item 1: what only the containers of one pod use (the replay's and the ps's
+    backends) listens on 127.0.0.1; what other pods dial listens on every interface."""
+    topo = resolve_experiment("exp-bind", flags={"replay.shards": 2, "ps.shards": 2}).topology
+    book = topo.addresses_kube("rl")
+    scoped = {name: endpoint(name).scope for name in book}
+    assert "pod" in scoped.values() and "cluster" in scoped.values()
+    for name, address in book.items():
+        if scoped[name] == "cluster":
+            assert address.bind.split("://")[1].startswith("0.0.0.0:"), name
+        else:
+            assert address.bind.split("://")[1].startswith("127.0.0.1:"), name
+            assert address.connect.split("://")[1].startswith("127.0.0.1:"), name
