@@ -36,6 +36,8 @@ RULES: list[dict[str, Any]] = [
     {"apiGroups": ["apps"], "resources": ["statefulsets", "deployments"], "verbs": MANAGE},
     # each group's ingress boundary (render/templates/networkpolicy.yaml.j2)
     {"apiGroups": ["networking.k8s.io"], "resources": ["networkpolicies"], "verbs": MANAGE},
+    # the stateful groups' disruption budgets (render/templates/poddisruptionbudget.yaml.j2)
+    {"apiGroups": ["policy"], "resources": ["poddisruptionbudgets"], "verbs": MANAGE},
     # the reporter's Role lets tensorplex scale its own workloads to 0 at the end of the run
     # (runtime/conductor.py); the operator may grant that only if it holds it
     {

@@ -38,6 +38,7 @@ PRUNABLE: tuple[Resource, ...] = (
     resource("v1", "Service"),
     resource("v1", "ConfigMap"),
     resource("networking.k8s.io/v1", "NetworkPolicy"),
+    resource("policy/v1", "PodDisruptionBudget"),
 )
 """Kinds an experiment renders that may disappear when its spec changes."""
 

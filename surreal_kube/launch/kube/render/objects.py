@@ -85,6 +85,11 @@ carried the label, the first scheduled picked the node (a pod matching its own r
 may go anywhere) and the learner could stay Pending for good beside a small tensorplex."""
 HOSTNAME_TOPOLOGY = "kubernetes.io/hostname"
 SAFE_TO_EVICT_ANNOTATION = "cluster-autoscaler.kubernetes.io/safe-to-evict"
+DISRUPTION_GUARDED = ("learner", "replay", "ps")
+"""Groups with a PodDisruptionBudget: the learner (its optimizer state since the last
+checkpoint), the replay (its whole buffer) and the parameter server (every agent's source).
+Their `safe-to-evict: false` stops only the cluster autoscaler, not a drain; a budget stops
+both. Agents and evals are many and stateless: a drain may take them."""
 PINNED_COMPONENTS = ("learner", "replay")
 """Pods the cluster autoscaler must not evict to shrink a node: the learner loses every
 update since its last checkpoint, a replay shard the experience it holds; agent pods move freely."""
@@ -251,6 +256,12 @@ def render_text(
                 namespace=namespace, policy=ctx.network_policy(group)
             )
         )
+        if group.component in DISRUPTION_GUARDED:
+            docs.append(
+                env.get_template("poddisruptionbudget.yaml.j2").render(
+                    namespace=namespace, budget=ctx.disruption_budget(group)
+                )
+            )
     for group in topo.groups:
         kind = "statefulset" if group.replicated else "deployment"
         docs.append(
@@ -473,6 +484,16 @@ class _Context:
         if not group.exposed:
             return []
         return [{**base, "headless": False, "ports": self._ports(group.exposed)}]
+
+    def disruption_budget(self, group: Group) -> dict[str, Any]:
+        """Every pod of a stateful group stays through voluntary disruptions."""
+        return {
+            "name": naming.object_name(self.name, group.name),
+            "labels": self._labels(group.name),
+            "owner": self.owner,
+            "selector": naming.selector_labels(self.name, group.name),
+            "min_available": group.replicas,
+        }
 
     def network_policy(self, group: Group) -> dict[str, Any]:
         """One group's ingress boundary: from the experiment's own pods only, on the ports it
