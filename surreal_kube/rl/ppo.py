@@ -23,6 +23,10 @@ The ZFilter (and the reward filter) whitens a batch with the statistics the agen
 and takes the batch's owned steps into its running statistics only after the update, as the
 original system did: updating first would shift every observation the behaviour
 log-probabilities were computed on, so the first epoch's ratio would no longer start at one.
+
+About 780 lines, one algorithm: the actor and the learner share the model, the filters and the
+version bookkeeping above, which is the part a reader must see whole; the losses (losses.py),
+GAE (gae.py), the critic's normalization (value_norm.py) and the optimizer (optim.py) are apart.
 """
 
 from __future__ import annotations

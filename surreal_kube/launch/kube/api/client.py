@@ -16,6 +16,10 @@ chained with `raise ... from e`.
 
 The official `kubernetes` package is not imported here at all (`kubeconfig.py` says why), except
 by `Kube.api`, for exec and port-forward.
+
+One module of about 750 lines on purpose: the connection, the error hierarchy, the table of
+kinds and the verbs (get, list, apply, watch, delete) are one unit every caller imports whole;
+credentials (kubeconfig.py), watches (watch.py) and decoding (slim.py) are already apart.
 """
 
 from __future__ import annotations

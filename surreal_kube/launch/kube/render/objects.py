@@ -1,7 +1,10 @@
 """Rendering: an experiment's topology -> Kubernetes objects, through Jinja templates.
 
 One template per kind (package data under `templates/`); this module computes every value the
-templates print and nothing else decides a name, a port or an address:
+templates print and nothing else decides a name, a port or an address. That is why it is one
+module of about 650 lines: split, the values of one pod (its env, ports, probes, volumes,
+affinity) would be decided in several places; what is not a value of an object lives beside it
+(gpus.py, ownership.py, workload.py, crd.py, custom_resource.py).
 
 - a ConfigMap `<exp>-config` with the resolved spec, mounted read-only (SURREAL_CONFIG);
 - the experiment volume (a PersistentVolumeClaim `<exp>-data`, or what the profile configures).
