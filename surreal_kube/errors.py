@@ -19,6 +19,13 @@ class SpecError(SurrealKubeError):
     exit_code = 2
 
 
+class CapacityError(SpecError):
+    """The cluster, as its node pools are now, has no room for the experiment. For a person at
+    `create` that is bad input like any other (exit 2, one line); for the operator it is a state
+    that passes (the autoscaler adds a node, an experiment ends), so it retries with the reason in
+    the status instead of giving up."""
+
+
 class InvalidNameError(SpecError):
     """An experiment name breaks the DNS-1035 rules or is too long for its derived names."""
 

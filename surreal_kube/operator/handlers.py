@@ -30,7 +30,7 @@ from typing import Any
 
 import kopf
 
-from surreal_kube.errors import SpecError
+from surreal_kube.errors import CapacityError, SpecError
 from surreal_kube.experiment.spec import API_VERSION
 from surreal_kube.launch.kube import naming
 from surreal_kube.launch.kube.api.client import (
@@ -47,6 +47,10 @@ from surreal_kube.operator import apply, status
 from surreal_kube.operator.podwatch import SELECTOR, Watcher
 
 log = logging.getLogger(__name__)
+
+CAPACITY_RETRY = 30.0
+"""Seconds between tries of an experiment the node pools have no room for yet (a GKE node takes
+about a minute to join; the cluster autoscaler scans every 10 s)."""
 GROUP, VERSION = API_VERSION.split("/")
 PLURAL = EXPERIMENT.plural
 STORAGE_PREFIX = "operator.surreal.ai"
@@ -128,6 +132,9 @@ def apply_spec(
         return
     try:
         pruned = apply.apply_experiment(memo.kube, obj, memo.config)
+    except CapacityError as exc:  # the pools as they are now: an autoscaler or an end frees room
+        _refuse(memo, obj, "WaitingForCapacity", f"waiting for capacity: {exc}")
+        raise kopf.TemporaryError(f"waiting for capacity: {exc}", delay=CAPACITY_RETRY) from exc
     except SpecError as exc:
         _refuse(memo, obj, "InvalidSpec", str(exc))
         raise kopf.PermanentError(f"invalid experiment: {exc}") from exc

@@ -29,7 +29,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from surreal_kube.errors import SpecError
+from surreal_kube.errors import CapacityError, SpecError
 from surreal_kube.experiment.quantity import format_cpu, format_memory, parse_memory, to_millicpu
 from surreal_kube.experiment.spec import Experiment
 from surreal_kube.experiment.topology import Group, Topology
@@ -211,7 +211,7 @@ def _place_bundle(
                 f"pools: {known}"
             )
         if not packer.pack(pool, 1, shape, members, slots=pods):
-            raise SpecError(
+            raise CapacityError(
                 f"cannot place {who} on node pool {pool.name!r}: a node of {pool.name} offers "
                 f"{_offer(pool)}{_left_note(packer, pool)}{_SPREAD_HINT}"
             )
@@ -233,7 +233,7 @@ def _place_bundle(
             f"{largest.name}, offers {_offer(largest)} per node{_SPREAD_HINT}"
         )
     best = _largest(candidates, shape)
-    raise SpecError(
+    raise CapacityError(
         f"cannot place {who}: no node has that much left; the largest pool for them, "
         f"{best.name}, offers {_offer(best)} per node{_left_note(packer, best)}{_SPREAD_HINT}"
     )
@@ -296,7 +296,7 @@ def _place_group(
                 f"{shape.describe()}, a node of {pool.name} offers {_offer(pool)}"
             )
         if not packer.pack(pool, group.replicas, shape, _taken(group, shape)):
-            raise SpecError(_too_many(exp, who, group, shape, pool, packer))
+            raise CapacityError(_too_many(exp, who, group, shape, pool, packer))
         return pool
     candidates = _candidates(profile, shape)
     if not candidates:
@@ -316,7 +316,7 @@ def _place_group(
         if packer.pack(pool, group.replicas, shape, _taken(group, shape)):
             return pool
     best = _largest(candidates, shape)
-    raise SpecError(_too_many(exp, who, group, shape, best, packer))
+    raise CapacityError(_too_many(exp, who, group, shape, best, packer))
 
 
 def _who(group: Group) -> str:
