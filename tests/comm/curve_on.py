@@ -15,9 +15,17 @@ import pytest
 
 from surreal_kube.comm import curve
 
+_keys = curve.generate()
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """Again before each test: one that runs `runtime.main.main` in this process installed
+    the keys of its own folder (none), as a role process does."""
+    curve.install(_keys)
+
 
 def pytest_configure(config: pytest.Config) -> None:
-    keys = curve.generate()
+    keys = _keys
     curve.install(keys)
     from tests.runtime import harness
 
