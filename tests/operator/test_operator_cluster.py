@@ -523,6 +523,8 @@ experimentVolume: {kind: hostPath, path: /srv/cli}
 OPERATOR_PROFILE = """\
 imagePullSecrets: [operator-secret]
 experimentVolume: {kind: emptyDir}
+experimentMayOverride: [pools, imagePullSecrets, experimentVolume]
+allowHostPath: true
 """
 
 

@@ -215,6 +215,55 @@ class ExperimentVolume(SpecModel):
         return self.kind == "emptyDir" or component in DATA_COMPONENTS
 
 
+VOLUME_KEYS = (
+    "kind",
+    "size",
+    "storageClassName",
+    "accessMode",
+    "retain",
+    "server",
+    "path",
+    "mountPath",
+)
+"""The keys of `experimentVolume`; an admin allows them one by one as `experimentVolume.<key>`."""
+POLICY_KEYS = ("experimentMayOverride", "allowHostPath", "allowNfs")
+"""The admin's rules for Experiments: never an Experiment's to set, never written into one."""
+OVERRIDABLE_KEYS = (
+    "pools",
+    "poolLabel",
+    "clusterDomain",
+    "registry",
+    "imagePullSecrets",
+    "experimentVolume",
+    *(f"experimentVolume.{k}" for k in VOLUME_KEYS),
+    "runAsUser",
+    "progressReporter",
+)
+"""What `experimentMayOverride` may list: every profile key but the admin's rules."""
+DEFAULT_OVERRIDABLE = (
+    "clusterDomain",
+    "registry",
+    "experimentVolume.size",
+    "experimentVolume.storageClassName",
+    "experimentVolume.accessMode",
+    "experimentVolume.retain",
+    "experimentVolume.mountPath",
+)
+"""What an Experiment may override unless the admin says otherwise: what a user allowed to
+create the experiment's objects could choose anyway (a claim's size and StorageClass, which
+quotas still bound; the registry and DNS domain its own images and Services use). Left to the
+admin, because the operator would act with its own rights rather than the author's:
+
+- `experimentVolume.kind`, `.path`, `.server`: a hostPath mounts any folder of the node (the
+  kubelet's, another tenant's); an NFS export any server the nodes reach; an emptyDir loses data;
+- `runAsUser`: the uid every container runs as (another service's files on a shared volume);
+- `pools`, `poolLabel`: placement, and the pools' taints become tolerations (control-plane or
+  reserved nodes); an empty list means pools discovered from every node;
+- `imagePullSecrets`: pulling with credentials of the namespace the author may not read;
+- `progressReporter`: the operator creates a Role and RoleBinding for it.
+"""
+
+
 class ClusterProfile(SpecModel):
     """Everything cluster-specific the renderer needs; the experiment spec stays portable."""
 
@@ -235,6 +284,24 @@ class ClusterProfile(SpecModel):
         "progress ConfigMap) so that progress reaches status and list; creating a Role needs "
         "more than the 'edit' ClusterRole: false leaves every pod without a token, and no progress",
     )
+    experiment_may_override: list[str] = Field(
+        default_factory=lambda: list(DEFAULT_OVERRIDABLE),
+        description="operator only: the keys an Experiment's spec.profile may set to a value "
+        "other than this profile's (top-level keys, or experimentVolume.<field>); the default "
+        "lets it choose the claim's size, class, access mode, retention and mount path, the "
+        "registry and the cluster domain, and nothing that places pods on other nodes, runs "
+        "them as another user, lends them pull secrets or mounts another folder",
+    )
+    allow_host_path: bool = Field(
+        False,
+        description="operator only: whether an experiment may use a hostPath volume (a folder "
+        "of the node, outside any quota), from this profile or an Experiment's",
+    )
+    allow_nfs: bool = Field(
+        False,
+        description="operator only: whether an experiment may mount an NFS export, from this "
+        "profile or an Experiment's (the operator's pods reach any server the node can)",
+    )
 
     @model_validator(mode="after")
     def _unique(self) -> ClusterProfile:
@@ -243,6 +310,17 @@ class ClusterProfile(SpecModel):
         if dupes:
             raise ValueError(f"pools: pool {dupes[0]!r} is listed twice")
         return self
+
+    @field_validator("experiment_may_override")
+    @classmethod
+    def _known_keys(cls, value: list[str]) -> list[str]:
+        unknown = [k for k in value if k not in OVERRIDABLE_KEYS]
+        if unknown:
+            raise ValueError(
+                f"{unknown[0]!r} is not a key an Experiment may override; one of "
+                + ", ".join(OVERRIDABLE_KEYS)
+            )
+        return value
 
     def pool(self, name: str) -> NodePool | None:
         """The pool called `name`, if any."""
@@ -350,9 +428,12 @@ def profile_document(profile: ClusterProfile) -> dict[str, Any]:
     """A profile as the `spec.profile` of an `Experiment`: every key, nulls left out.
 
     Every key is written, so the operator renders with exactly this profile and none of its
-    own settings (a null would mean "the operator's", which is not what was planned).
+    own settings (a null would mean "the operator's", which is not what was planned). The
+    admin's rules (`POLICY_KEYS`) are left out: they are the operator's alone, and a CLI's
+    defaults there would read as an attempt to change them.
     """
-    return profile.model_dump(by_alias=True, mode="json", exclude_none=True)
+    doc = profile.model_dump(by_alias=True, mode="json", exclude_none=True)
+    return {k: v for k, v in doc.items() if k not in POLICY_KEYS}  # the admin's, not ours
 
 
 def object_profile(obj: Mapping[str, Any]) -> dict[str, Any] | None:
@@ -373,15 +454,71 @@ def object_profile(obj: Mapping[str, Any]) -> dict[str, Any] | None:
 def merge_profiles(
     base: ClusterProfile | None, section: Mapping[str, Any] | None
 ) -> ClusterProfile | None:
-    """The operator's profile with an `Experiment`'s `spec.profile` over it, key by key.
+    """The operator's profile with an `Experiment`'s `spec.profile` over it, key by key, within
+    what the operator's profile lets an Experiment choose.
 
     Each top-level key the object gives replaces the operator's value of that key whole (its
     `experimentVolume`, its `imagePullSecrets` list, its `pools`); keys it leaves out keep the
-    operator's. Like a PVC that names a StorageClass or gets the cluster's default: what the
-    object says is what runs, and the cluster fills in the rest. SpecError names the field.
+    operator's. The operator applies with its own rights, not the author's, so a key may differ
+    from the operator's value only where `experimentMayOverride` allows it: a key the object
+    sets to the operator's own value is no override (`create --profile FILE` writes every key of
+    FILE, and most equal the operator's). hostPath and NFS volumes need `allowHostPath` /
+    `allowNfs`, also in the operator's own profile. SpecError names the keys and what is allowed.
     """
-    if section is None:
-        return base
-    doc = base.model_dump(by_alias=True, mode="json", exclude_none=True) if base else {}
-    doc.update(section)
-    return profile_from_dict(doc, f"spec.{PROFILE_KEY}")
+    rules = base or ClusterProfile()
+    merged = base
+    if section is not None:
+        doc = base.model_dump(by_alias=True, mode="json", exclude_none=True) if base else {}
+        doc.update(section)
+        merged = profile_from_dict(doc, f"spec.{PROFILE_KEY}")
+        check_overrides(rules, merged)
+    if merged is not None:
+        check_volume_allowed(rules, merged, "spec.profile" if section else "the operator's profile")
+    return merged
+
+
+def overridden(base: ClusterProfile, merged: ClusterProfile) -> list[str]:
+    """The keys whose value differs between the two profiles; `experimentVolume` field by field
+    (`experimentVolume.kind`), since an admin may allow some of its fields and not others."""
+    before = base.model_dump(by_alias=True, mode="json")
+    after = merged.model_dump(by_alias=True, mode="json")
+    out = []
+    for key, value in after.items():
+        if key == "experimentVolume":
+            old = before.get(key) or {}
+            out += [f"{key}.{k}" for k, v in value.items() if old.get(k) != v]
+        elif before.get(key) != value:
+            out.append(key)
+    return out
+
+
+def check_overrides(rules: ClusterProfile, merged: ClusterProfile) -> None:
+    """SpecError unless every key `merged` changes is one `rules` lets an Experiment change."""
+    allowed = set(rules.experiment_may_override)
+    refused = [
+        k
+        for k in overridden(rules, merged)
+        if k not in allowed and k.split(".", 1)[0] not in allowed
+    ]
+    if refused:
+        may = ", ".join(rules.experiment_may_override) or "nothing"
+        raise SpecError(
+            f"spec.{PROFILE_KEY}: the operator's profile does not let an Experiment override "
+            f"{', '.join(refused)}; it may override: {may} (the admin allows more with "
+            "experimentMayOverride in the operator's profile, Helm value profile)"
+        )
+
+
+def check_volume_allowed(rules: ClusterProfile, merged: ClusterProfile, source: str) -> None:
+    """SpecError for a hostPath or NFS volume the admin's rules do not enable."""
+    kind = merged.experiment_volume.kind
+    if kind == "hostPath" and not rules.allow_host_path:
+        raise SpecError(
+            f"{source}: experimentVolume.kind hostPath is not enabled by the operator's "
+            "profile (allowHostPath: true there lets experiments mount a node's folder)"
+        )
+    if kind == "nfs" and not rules.allow_nfs:
+        raise SpecError(
+            f"{source}: experimentVolume.kind nfs is not enabled by the operator's profile "
+            "(allowNfs: true there lets experiments mount an NFS export)"
+        )

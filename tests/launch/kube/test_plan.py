@@ -50,7 +50,10 @@ experimentVolume: {kind: hostPath, path: /srv/cli}
 OPERATOR_PROFILE = """\
 imagePullSecrets: [operator-secret]
 experimentVolume: {kind: emptyDir}
+experimentMayOverride: [pools, imagePullSecrets, experimentVolume]
+allowHostPath: true
 """
+"""An admin's profile that lets Experiments choose their pools, pull secrets and volume."""
 
 
 def cli(argv: list[str]) -> tuple[int, str, str]:
@@ -211,7 +214,13 @@ def test_without_a_profile_the_operators_applies_and_a_partial_one_replaces_its_
 
 
 def test_merge_profiles_is_key_by_key_and_a_bad_profile_names_its_field() -> None:
-    base = profile_from_dict({"experimentVolume": {"kind": "nfs", "server": "s", "path": "/p"}})
+    base = profile_from_dict(
+        {
+            "experimentVolume": {"kind": "nfs", "server": "s", "path": "/p"},
+            "experimentMayOverride": ["experimentVolume"],
+            "allowNfs": True,
+        }
+    )
     merged = merge_profiles(base, {"experimentVolume": {"kind": "emptyDir"}})
     assert merged is not None and merged.experiment_volume.kind == "emptyDir"
     assert merged.experiment_volume.server is None  # the key is replaced whole
