@@ -208,8 +208,20 @@ def released(kube: Kube, obj: Mapping[str, Any], objects: list[dict]) -> list[di
 
 
 def apply_experiment(kube: Kube, obj: Mapping[str, Any], config: Config) -> list[str]:
-    """Apply everything the experiment should have and prune the rest; what was pruned."""
-    exp, objects = desired(kube, obj, config)
+    """Apply everything the experiment should have and prune the rest; what was pruned.
+
+    Nothing is applied (not even the Kueue Workload) while an object of the plan exists and is
+    someone else's (`kube_apply.check_ours`: NotOursError, a SpecError the status shows).
+    """
+    plan = plan_of(kube, obj, config)
+    kube_apply.check_ours(
+        kube,
+        plan.objects,
+        plan.namespace,
+        plan.exp.metadata.name,
+        owner_uid=obj["metadata"]["uid"],
+    )
+    exp, objects = plan.exp, admitted(kube, obj, config, plan)
     objects = released(kube, obj, objects)
     namespace = obj["metadata"]["namespace"]
     restarts = restarted_by_edit(kube, exp, namespace)

@@ -41,6 +41,7 @@ from surreal_kube.launch.kube.api.client import (
     KubeError,
     resource,
 )
+from surreal_kube.launch.kube.lifecycle.apply import NotOursError
 from surreal_kube.launch.kube.render import workload
 from surreal_kube.launch.kube.status.summary import failure_seen
 from surreal_kube.operator import apply, status
@@ -135,6 +136,9 @@ def apply_spec(
     except CapacityError as exc:  # the pools as they are now: an autoscaler or an end frees room
         _refuse(memo, obj, "WaitingForCapacity", f"waiting for capacity: {exc}")
         raise kopf.TemporaryError(f"waiting for capacity: {exc}", delay=CAPACITY_RETRY) from exc
+    except NotOursError as exc:  # someone else's object by our name: retried, it may go
+        _refuse(memo, obj, "NotOurs", str(exc))
+        raise kopf.TemporaryError(str(exc), delay=60) from exc
     except SpecError as exc:
         _refuse(memo, obj, "InvalidSpec", str(exc))
         raise kopf.PermanentError(f"invalid experiment: {exc}") from exc

@@ -9,6 +9,10 @@ operator (which applies them for an `Experiment` object), so both produce the sa
   every other object's owner; if anything fails part-way, everything applied so far is deleted
   again (the root last, and its deletion would garbage-collect stragglers anyway), so a refused
   create leaves nothing behind.
+- `check_ours`: before anything is applied, refuse an object of the same kind and name that
+  exists and is not this experiment's (made by hand, by another tool or another experiment):
+  server-side apply with force would take its fields over silently, and our owner reference
+  would have its deletion garbage-collect it.
 - `prune`: delete objects of the experiment that the current rendering no longer has (e.g. the
   evals StatefulSet after `evals.count` went to 0). Claims (the experiment's data) are never pruned.
 """
@@ -20,6 +24,7 @@ import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
+from surreal_kube.errors import SpecError
 from surreal_kube.launch.kube import naming
 from surreal_kube.launch.kube.api.client import (
     KubeError,
@@ -118,6 +123,97 @@ def apply_objects(
     return [o for o in out if o is not None]
 
 
+MANAGED_BY = "app.kubernetes.io/managed-by"
+"""The label (naming.labels sets it to naming.NAME) that says an object is surreal-kube's."""
+
+
+class NotOursError(SpecError):
+    """An object the experiment would apply exists and belongs to someone else."""
+
+
+def _manager(obj: Mapping[str, Any]) -> str:
+    """Who made or manages an object, as far as it says: its managed-by label, its owner, or
+    the field manager that first wrote it."""
+    meta = obj.get("metadata") or {}
+    labels = meta.get("labels") or {}
+    other = labels.get(naming.EXPERIMENT_LABEL)
+    if other and labels.get(MANAGED_BY) == naming.NAME:
+        return f"experiment {other!r}"
+    owners = [f"{o.get('kind')}/{o.get('name')}" for o in meta.get("ownerReferences") or []]
+    if owners:
+        return "owned by " + ", ".join(owners)
+    if MANAGED_BY in labels:
+        return f"managed by {labels[MANAGED_BY]}"
+    fields = [f.get("manager") for f in meta.get("managedFields") or [] if f.get("manager")]
+    return f"made by {fields[0]}" if fields else "made by hand"
+
+
+def check_ours(
+    kube: Any,
+    objects: Iterable[Mapping[str, Any]],
+    namespace: str,
+    experiment: str,
+    *,
+    owner_uid: str | None = None,
+) -> None:
+    """NotOursError, in one line naming each, for objects of `objects` that exist and are not
+    this experiment's: without our managed-by and experiment labels, or (owner_uid known: the
+    operator's `Experiment`) owned by another object. Read-only, so nothing is half-created.
+
+    One list per kind of the objects, selecting what is *not* labelled as this experiment
+    (`key!=value` also selects objects without the label), so the answer holds the few
+    strangers, not our own objects; with owner_uid one more per kind for ours, to compare
+    owners. A create of 10,000 agents has the same few kinds: the cost does not grow with it.
+    Objects being deleted are left to the apply, as before.
+    """
+    objs = list(objects)
+    names: dict[Resource, set[str]] = {}
+    for obj in objs:
+        res = kube.resource_for(obj["apiVersion"], obj["kind"])
+        names.setdefault(res, set()).add(obj["metadata"]["name"])
+    ours = naming.experiment_selector(experiment)
+    theirs = f"{naming.EXPERIMENT_LABEL}!={experiment}"
+
+    def found(res: Resource, selector: Any) -> list[dict[str, Any]]:
+        try:
+            return [
+                o
+                for o in kube.list(res, namespace, labels=selector)
+                if o["metadata"]["name"] in names[res]
+                and not o["metadata"].get("deletionTimestamp")
+            ]
+        except NotFoundError:  # a kind the server does not serve: the apply says so
+            return []
+
+    from concurrent.futures import ThreadPoolExecutor
+
+    queries = [(res, theirs) for res in names]
+    if owner_uid is not None:
+        queries += [(res, ours) for res in names]
+    with ThreadPoolExecutor(max_workers=PARALLEL) as pool:
+        answers = list(pool.map(lambda q: (q, found(*q)), queries))
+    problems = []
+    for (res, selector), hits in answers:
+        for obj in hits:
+            meta = obj["metadata"]
+            what = f"{res.kind}/{meta['name']}"
+            labels = meta.get("labels") or {}
+            if selector == theirs or labels.get(MANAGED_BY) != naming.NAME:
+                problems.append(f"{what} exists and is not ours ({_manager(obj)})")
+                continue
+            others = [o for o in meta.get("ownerReferences") or [] if o.get("uid") != owner_uid]
+            if others:
+                owners = ", ".join(f"{o.get('kind')}/{o.get('name')}" for o in others)
+                problems.append(f"{what} exists and is not ours (owned by {owners})")
+    if problems:
+        raise NotOursError(
+            f"experiment {experiment!r}: "
+            + "; ".join(sorted(set(problems)))
+            + ": nothing was applied; delete or rename those objects, or name the experiment "
+            "otherwise"
+        )
+
+
 def create_objects(
     kube: Any,
     objects: Sequence[Mapping[str, Any]],
@@ -134,6 +230,9 @@ def create_objects(
     """
     if not objects:
         return []
+    labels = objects[0]["metadata"].get("labels") or {}
+    if naming.EXPERIMENT_LABEL in labels:  # before the root: a refusal leaves nothing
+        check_ours(kube, objects, namespace, labels[naming.EXPERIMENT_LABEL])
     applied: list[Mapping[str, Any]] = []
     try:
         root = kube.apply(objects[0], namespace, dry_run=dry_run)
