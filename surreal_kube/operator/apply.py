@@ -272,11 +272,18 @@ def restarted_by_edit(kube: Kube, exp: Experiment, namespace: str) -> str:
 
 
 def ensure(kube: Kube, obj: Mapping[str, Any], config: Config) -> list[str]:
-    """Recreate desired objects that are missing; their names."""
-    _, objects = desired(kube, obj, config)
+    """Recreate desired objects that are missing; their names.
+
+    "Missing" is "none labelled as ours by that name": one by that name that is not ours is
+    refused as in `apply_experiment` (NotOursError), or the resync would take it over.
+    """
+    exp, objects = desired(kube, obj, config)
     objects = released(kube, obj, objects)
     namespace = obj["metadata"]["namespace"]
     gone = kube_apply.missing(kube, objects, namespace)
     if gone:
+        kube_apply.check_ours(
+            kube, gone, namespace, exp.metadata.name, owner_uid=obj["metadata"]["uid"]
+        )
         kube_apply.apply_objects(kube, gone, namespace)
     return [f"{o['kind']}/{o['metadata']['name']}" for o in gone]

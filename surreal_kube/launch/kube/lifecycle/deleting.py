@@ -64,8 +64,14 @@ def delete(
     name, ns = found.name, found.namespace
     if found.via_operator:
         kube.delete(EXPERIMENT, name, ns, propagation="Background")
-    # a direct experiment's root, and stragglers whose owner is already gone
-    kube.delete(CONFIG_MAP, naming.config_name(name), ns, propagation="Background")
+    # a direct experiment's root, and stragglers whose owner is already gone; through the
+    # operator `<name>-config` may be someone else's (the operator refused to apply over it)
+    config = (
+        kube.get_or_none(CONFIG_MAP, naming.config_name(name), ns) if found.via_operator else None
+    )
+    labels = ((config or {}).get("metadata") or {}).get("labels") or {}
+    if not found.via_operator or labels.get(naming.EXPERIMENT_LABEL) == name:
+        kube.delete(CONFIG_MAP, naming.config_name(name), ns, propagation="Background")
     if progress:
         progress(f"deleted {'Experiment' if found.via_operator else 'ConfigMap'} {name}")
     if not wait:
