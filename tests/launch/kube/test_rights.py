@@ -291,3 +291,13 @@ def test_the_operator_refuses_an_object_labelled_ours_that_another_owner_owns() 
     assert "Service/" not in message and "PersistentVolumeClaim" not in message
     store.objects = store.objects[1:]
     apply.check_ours(store, objects, "rl", "metrics", owner_uid="mine")  # no error
+
+
+def test_the_charts_schema_lists_the_keys_an_admin_may_allow() -> None:
+    import json
+    from pathlib import Path
+
+    chart = Path(__file__).resolve().parents[3] / "charts" / "surreal-kube" / "values.schema.json"
+    profile = json.loads(chart.read_text())["properties"]["profile"]["properties"]
+    assert profile["experimentMayOverride"]["items"]["enum"] == list(OVERRIDABLE_KEYS)
+    assert profile["allowHostPath"] == profile["allowNfs"] == {"type": "boolean"}
