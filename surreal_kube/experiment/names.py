@@ -21,12 +21,14 @@ DATA = "data"
 PROGRESS = "progress"
 RESULTS = "results"
 REPORTER = "reporter"
+CURVE = "curve"
 EXPERIMENT_OBJECTS: tuple[tuple[str, str], ...] = (
     (CONFIG, "the ConfigMap of the resolved spec"),
     (DATA, "the experiment folder's claim"),
     (PROGRESS, "the progress ConfigMap"),
     (RESULTS, "the results ConfigMap"),
     (REPORTER, "the progress reporter's ServiceAccount"),
+    (CURVE, "the Secret of the experiment's CURVE key"),
 )
 """The objects every experiment has on Kubernetes besides its workloads, `<exp>-<suffix>`, with
 what each is: the one list that the name check measures (`Topology.derived_name_suffixes`) and

@@ -29,6 +29,7 @@ from surreal_kube.experiment.spec import Experiment
 from surreal_kube.launch.kube import naming
 from surreal_kube.launch.kube.api.client import Kube, NotFoundError, resource
 from surreal_kube.launch.kube.lifecycle import apply as kube_apply
+from surreal_kube.launch.kube.lifecycle import keys
 from surreal_kube.launch.kube.placement import pools
 from surreal_kube.launch.kube.plan import (
     ImageChooser,
@@ -141,9 +142,19 @@ def plan_of(kube: Kube | None, obj: Mapping[str, Any], config: Config) -> Plan:
 
 def desired(kube: Kube, obj: Mapping[str, Any], config: Config) -> tuple[Experiment, list[dict]]:
     """The resolved experiment and every object it should have now, owned by `obj`: with a
-    queue, no Deployment or StatefulSet until Kueue admits it (`admitted`)."""
+    queue, no Deployment or StatefulSet until Kueue admits it (`admitted`); the CURVE key
+    Secret (made at the first apply, read back on every later one) and its mounts
+    (`lifecycle/keys.py`)."""
     plan = plan_of(kube, obj, config)
-    return plan.exp, admitted(kube, obj, config, plan)
+    return plan.exp, to_apply(kube, obj, config, plan)
+
+
+def to_apply(kube: Kube, obj: Mapping[str, Any], config: Config, plan: Plan) -> list[dict]:
+    """The plan's objects as they go to the API server: those Kueue lets exist now
+    (`admitted`), with the CURVE key Secret and its mounts (`lifecycle/keys.py`)."""
+    objects = admitted(kube, obj, config, plan)
+    name, namespace = plan.exp.metadata.name, plan.namespace
+    return keys.keyed_by_operator(kube, objects, name, namespace, owner_of(obj))
 
 
 def queue_of(exp: Experiment, config: Config) -> str | None:
@@ -221,7 +232,7 @@ def apply_experiment(kube: Kube, obj: Mapping[str, Any], config: Config) -> list
         plan.exp.metadata.name,
         owner_uid=obj["metadata"]["uid"],
     )
-    exp, objects = plan.exp, admitted(kube, obj, config, plan)
+    exp, objects = plan.exp, to_apply(kube, obj, config, plan)
     objects = released(kube, obj, objects)
     namespace = obj["metadata"]["namespace"]
     restarts = restarted_by_edit(kube, exp, namespace)

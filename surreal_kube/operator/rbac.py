@@ -34,6 +34,9 @@ RULES: list[dict[str, Any]] = [
         "verbs": MANAGE,
     },
     {"apiGroups": ["apps"], "resources": ["statefulsets", "deployments"], "verbs": MANAGE},
+    # the experiment's CURVE key, made at its first apply and read back at every later one
+    # (launch/kube/lifecycle/keys.py): get and create only, never list, watch, patch or delete
+    {"apiGroups": [""], "resources": ["secrets"], "verbs": ["get", "create"]},
     # each group's ingress boundary (render/templates/networkpolicy.yaml.j2)
     {"apiGroups": ["networking.k8s.io"], "resources": ["networkpolicies"], "verbs": MANAGE},
     # the stateful groups' disruption budgets (render/templates/poddisruptionbudget.yaml.j2)

@@ -44,11 +44,14 @@ KINDS = [
     resource("rbac.authorization.k8s.io/v1", "RoleBinding"),
     resource("apps/v1", "Deployment"),
     resource("apps/v1", "StatefulSet"),
+    resource("networking.k8s.io/v1", "NetworkPolicy"),
+    resource("policy/v1", "PodDisruptionBudget"),
     resource("v1", "PersistentVolumeClaim"),
     resource("v1", "Pod"),
 ]
-APPLIED_KINDS = KINDS[:7]
-"""What an experiment applies itself, but its volume claim: the PVC and pods come after."""
+APPLIED_KINDS = KINDS[:9]
+"""What an experiment applies itself and `render` prints, but its volume claim (the PVC and
+pods come after) and the CURVE key Secret (made at apply, never printed: lifecycle/keys.py)."""
 
 
 def wait_for(

@@ -592,8 +592,10 @@ def test_the_clis_profile_reaches_the_pods_through_the_operator_and_kubectl_gets
                 assert got["metadata"]["annotations"] == want["metadata"]["annotations"], key
                 for field in ("nodeSelector", "imagePullSecrets", "tolerations"):
                     assert got["spec"].get(field) == want["spec"].get(field), (key, field)
-                # volumes: the same names and kinds (the server adds defaults such as modes)
-                assert volume_kinds(got["spec"]) == volume_kinds(want["spec"]), key
+                # volumes: the same names and kinds (the server adds defaults such as modes),
+                # and the CURVE key, mounted at apply only (the printed plan holds no key)
+                keyed = {**volume_kinds(want["spec"]), "curve": ("secret", None)}
+                assert volume_kinds(got["spec"]) == keyed, key
 
         # kubectl apply of an Experiment without a profile: the operator's own
         other = "exp-kubectl"

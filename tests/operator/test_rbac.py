@@ -31,10 +31,14 @@ def test_the_role_covers_every_kind_the_renderer_makes(sets: list[str]) -> None:
 
 
 def test_the_role_is_least_privilege() -> None:
-    # never secrets, never cluster-scoped writes, pods read-only, no wildcards
+    # secrets: get and create only (the CURVE key); no cluster-scoped writes, pods read-only,
+    # no wildcards
     for rule in rbac.RULES:
         assert "*" not in rule["verbs"] and "*" not in rule["resources"]
-        assert "secrets" not in rule["resources"]
+        if "secrets" in rule["resources"]:
+            assert rule["resources"] == ["secrets"] and sorted(rule["verbs"]) == ["create", "get"]
+    for verb in ("list", "watch", "patch", "update", "delete"):
+        assert not rbac.allows(rbac.RULES, "", "secrets", verb)
     assert not rbac.allows(rbac.RULES, "", "pods", "create")
     assert not rbac.allows(rbac.RULES, "", "pods", "delete")
     assert not rbac.allows(rbac.RULES, "surreal.ai", "experiments", "create")

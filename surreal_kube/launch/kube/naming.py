@@ -61,6 +61,11 @@ def reporter_name(experiment: str) -> str:
     return object_name(experiment, names.REPORTER)
 
 
+def curve_name(experiment: str) -> str:
+    """The Secret of the experiment's CURVE key (made at apply: launch/kube/lifecycle/keys.py)."""
+    return object_name(experiment, names.CURVE)
+
+
 def selector_labels(experiment: str, group: str) -> dict[str, str]:
     """Labels that select one group's pods: stable, so a selector never has to change."""
     return {

@@ -15,6 +15,7 @@ def test_the_experiments_own_objects_are_named_from_the_one_list() -> None:
         naming.progress_name("e"),
         naming.results_name("e"),
         naming.reporter_name("e"),
+        naming.curve_name("e"),
     }
     assert named == {naming.object_name("e", s) for s, _ in EXPERIMENT_OBJECTS}
 

@@ -22,7 +22,7 @@ from surreal_kube.experiment.spec import Experiment
 from surreal_kube.launch.kube.api.client import (
     Kube,
 )
-from surreal_kube.launch.kube.lifecycle import apply
+from surreal_kube.launch.kube.lifecycle import apply, keys
 from surreal_kube.launch.kube.lifecycle.finding import find_or_none
 from surreal_kube.launch.kube.placement.pools import effective_profile
 from surreal_kube.launch.kube.placement.storage import check_kept_claim, check_storage
@@ -106,6 +106,8 @@ def create(
         if progress:
             progress(f"applied Experiment/{name}: the operator creates the rest")
         return [stored]
+    # a fresh key for a new experiment, added only here: the plan (what render prints) holds none
+    objects = keys.keyed(plan.objects, name, plan.namespace)
     return apply.create_objects(
-        kube, plan.objects, plan.namespace, dry_run=server_dry, progress=progress
+        kube, objects, plan.namespace, dry_run=server_dry, progress=progress
     )

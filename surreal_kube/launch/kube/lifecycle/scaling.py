@@ -20,11 +20,12 @@ from surreal_kube.launch.kube.api.client import (
     Kube,
     describe,
 )
-from surreal_kube.launch.kube.lifecycle import apply
+from surreal_kube.launch.kube.lifecycle import apply, keys
 from surreal_kube.launch.kube.lifecycle.finding import Found
 from surreal_kube.launch.kube.placement.pools import effective_profile
 from surreal_kube.launch.kube.plan import used_image_refs
 from surreal_kube.launch.kube.profile import ClusterProfile
+from surreal_kube.launch.kube.render.curve import with_curve_secret
 from surreal_kube.launch.kube.render.objects import render_experiment
 from surreal_kube.launch.kube.render.ownership import root_of, set_owner
 from surreal_kube.launch.kube.status import progress as progress_channel
@@ -91,7 +92,11 @@ def reapply(
 
     refs = used_image_refs(exp) or {}
     prof = effective_profile(kube, profile, check_fit=True)
-    objects = render_experiment(exp, namespace, images=refs or None, profile=prof)
+    name = exp.metadata.name
+    key = keys.existing_key(kube, name, namespace) or keys.key_file_text()  # the running one
+    objects = with_curve_secret(
+        render_experiment(exp, namespace, images=refs or None, profile=prof), name, namespace, key
+    )
     root = kube.apply(objects[0], namespace)
     owner = {**root_of(objects), "uid": root["metadata"]["uid"]}
     if old is None:
@@ -100,10 +105,8 @@ def reapply(
         apply.prune(kube, exp.metadata.name, objects, namespace, progress=progress)
         return
     before_refs = used_image_refs(old) or {}
-    before = {
-        apply.key(o): o
-        for o in render_experiment(old, namespace, images=before_refs or None, profile=prof)
-    }
+    rendered = render_experiment(old, namespace, images=before_refs or None, profile=prof)
+    before = {apply.key(o): o for o in with_curve_secret(rendered, name, namespace, key)}
     changed = [o for o in objects[1:] if before.get(apply.key(o)) != o]
     apply.apply_objects(kube, set_owner(changed, owner), namespace, progress=progress)
     wanted = {apply.key(o) for o in objects}

@@ -25,7 +25,6 @@ from surreal_kube.launch.kube import naming
 from surreal_kube.launch.kube.render.ownership import owner_reference
 from surreal_kube.launch.local.keys import KEY_FILE
 
-SUFFIX = "curve"
 KEYS_DIR = "/var/run/secrets/surreal.ai/curve"
 KEYS_PATH = f"{KEYS_DIR}/{KEY_FILE}"
 KEYS_PATH_VAR = "SURREAL_CURVE_KEYS"
@@ -35,8 +34,8 @@ WORKLOAD_KINDS = ("Deployment", "StatefulSet")
 
 
 def secret_name(experiment: str) -> str:
-    """`<exp>-curve`: shorter than the suffixes the experiment name check measures."""
-    return naming.object_name(experiment, SUFFIX)
+    """`<exp>-curve` (one of `names.EXPERIMENT_OBJECTS`, which the name check measures)."""
+    return naming.curve_name(experiment)
 
 
 def curve_secret(
@@ -89,6 +88,18 @@ def mount_keys(pod_spec: dict[str, Any], experiment: str) -> None:
         env.append({"name": KEYS_PATH_VAR, "value": KEYS_PATH})
 
 
+def with_curve_mounts(
+    objects: Sequence[Mapping[str, Any]], experiment: str
+) -> list[dict[str, Any]]:
+    """`objects` (copies) with the keys mounted in every workload's pods, no Secret: for the
+    operator, which makes the Secret itself (create only) and applies the rest."""
+    out = [copy.deepcopy(dict(o)) for o in objects]
+    for obj in out:
+        if obj.get("kind") in WORKLOAD_KINDS:
+            mount_keys(obj["spec"]["template"]["spec"], experiment)
+    return out
+
+
 def with_curve_secret(
     objects: Sequence[Mapping[str, Any]],
     experiment: str,
@@ -99,10 +110,7 @@ def with_curve_secret(
 ) -> list[dict[str, Any]]:
     """`objects` (unchanged: copies are returned) with the Secret right after the root and the
     keys mounted in every workload's pods."""
-    out = [copy.deepcopy(dict(o)) for o in objects]
-    for obj in out:
-        if obj.get("kind") in WORKLOAD_KINDS:
-            mount_keys(obj["spec"]["template"]["spec"], experiment)
+    out = with_curve_mounts(objects, experiment)
     root_labels = (out[0].get("metadata") or {}).get("labels") if out else None
     secret = curve_secret(experiment, namespace, key_text, labels=root_labels, owner=owner)
     return [*out[:1], secret, *out[1:]]
