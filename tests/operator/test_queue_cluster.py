@@ -61,7 +61,8 @@ def test_an_experiment_that_exceeds_the_quota_waits_whole_then_starts(
                 )  # fmt: skip
                 assert res.returncode == 0, res.stderr
 
-            with running_operator(kueue_cluster, ns, tmp_path):
+            # the operator's profile is the CLI's: an Experiment may not override the volume kind
+            with running_operator(kueue_cluster, ns, tmp_path, "--profile", str(profile)):
                 create("exp-first")
                 wait_for("exp-first Running", lambda: phase(kube, "exp-first")[0] == "Running")
                 create("exp-second")
