@@ -39,7 +39,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import tempfile
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -91,22 +90,6 @@ def generate() -> CurveKeys:
 def dumps(keys: CurveKeys) -> str:
     """The key file's content."""
     return json.dumps({"public": keys.public.decode(), "secret": keys.secret.decode()}) + "\n"
-
-
-def write_key_file(path: Path, keys: CurveKeys) -> None:
-    """Write `keys` to `path`, mode 0600 from the first byte on (created by mkstemp, which opens
-    0600 whatever the umask), replacing any earlier file atomically."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(dumps(keys))
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, 0o600)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def load_key_file(path: str | Path, *, private: bool = True) -> CurveKeys:

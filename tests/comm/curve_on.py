@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from surreal_kube.comm import curve
+from surreal_kube.launch.local.keys import write_keys
 
 _keys = curve.generate()
 
@@ -33,7 +34,7 @@ def pytest_configure(config: pytest.Config) -> None:
 
     def keyed_init(self: harness.LocalRun, *args: Any, **kwargs: Any) -> None:
         original(self, *args, **kwargs)
-        curve.write_key_file(self.dir / curve.KEY_FILE, keys)
+        write_keys(self.dir, curve.dumps(keys))
 
     harness.LocalRun.__init__ = keyed_init  # type: ignore[method-assign]
 

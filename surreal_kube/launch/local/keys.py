@@ -30,14 +30,15 @@ def key_file_text() -> str:
     return json.dumps({"public": public.decode(), "secret": secret.decode()}) + "\n"
 
 
-def write_keys(experiment_dir: Path) -> Path:
-    """Write a fresh keypair into `experiment_dir` (which must exist), 0600 from its first byte
-    (mkstemp creates 0600 whatever the umask), replacing any earlier file atomically."""
+def write_keys(experiment_dir: Path, text: str | None = None) -> Path:
+    """Write a key file into `experiment_dir` (which must exist): `text` (the key file's
+    content), else a fresh keypair; 0600 from its first byte (mkstemp creates 0600 whatever the
+    umask), replacing any earlier file atomically. The one writer of key files."""
     path = experiment_dir / KEY_FILE
     fd, tmp = tempfile.mkstemp(dir=experiment_dir, prefix=f".{KEY_FILE}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "w") as f:
-            f.write(key_file_text())
+            f.write(key_file_text() if text is None else text)
             f.flush()
             os.fsync(f.fileno())
         os.chmod(tmp, 0o600)

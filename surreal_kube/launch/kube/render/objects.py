@@ -475,13 +475,17 @@ class _Context:
             },
         }
 
-    def services(self, group: Group) -> list[dict[str, Any]]:
-        base = {
+    def _of_group(self, group: Group) -> dict[str, Any]:
+        """What every per-group object carries: its name, labels, owner and pod selector."""
+        return {
             "name": naming.object_name(self.name, group.name),
             "labels": self._labels(group.name),
             "owner": self.owner,
             "selector": naming.selector_labels(self.name, group.name),
         }
+
+    def services(self, group: Group) -> list[dict[str, Any]]:
+        base = self._of_group(group)
         if group.replicated:
             return [{**base, "headless": True, "ports": []}]
         if not group.exposed:
@@ -490,22 +494,13 @@ class _Context:
 
     def disruption_budget(self, group: Group) -> dict[str, Any]:
         """Every pod of a stateful group stays through voluntary disruptions."""
-        return {
-            "name": naming.object_name(self.name, group.name),
-            "labels": self._labels(group.name),
-            "owner": self.owner,
-            "selector": naming.selector_labels(self.name, group.name),
-            "min_available": group.replicas,
-        }
+        return {**self._of_group(group), "min_available": group.replicas}
 
     def network_policy(self, group: Group) -> dict[str, Any]:
         """One group's ingress boundary: from the experiment's own pods only, on the ports it
         binds for others (its Service's); a group that binds none takes no ingress at all."""
         return {
-            "name": naming.object_name(self.name, group.name),
-            "labels": self._labels(group.name),
-            "owner": self.owner,
-            "selector": naming.selector_labels(self.name, group.name),
+            **self._of_group(group),
             "peers": {naming.EXPERIMENT_LABEL: self.name},
             "ports": sorted({endpoint_spec(e).port for e in group.exposed}),
         }
@@ -521,10 +516,7 @@ class _Context:
 
     def workload(self, group: Group) -> dict[str, Any]:
         return {
-            "name": naming.object_name(self.name, group.name),
-            "labels": self._labels(group.name),
-            "owner": self.owner,
-            "selector": naming.selector_labels(self.name, group.name),
+            **self._of_group(group),
             "replicas": group.replicas,
             "pod": self._pod(group),
         }
