@@ -220,8 +220,12 @@ def test_waits_shorter_than_a_wait_slice_are_counted_too():
     than a wait slice (0.2 s): the sender still waited, most of the time, and must say so (CI saw
     an agent held back at every learner iteration report 0 s of waiting)."""
     addr = free_addr()
-    pull = make_socket(zmq.PULL, bind=addr, rcvhwm=1)
+    # The buffer must be set before bind: libzmq copies a socket's options into its listener at
+    # bind, so a RCVBUF set after it is ignored and the kernel's autotuned buffer (megabytes on
+    # some machines) holds most of the 25 messages: CI counted 0.46 s of waiting that way.
+    pull = make_socket(zmq.PULL, rcvhwm=1, curve_server=True)
     pull.setsockopt(zmq.RCVBUF, 4 << 10)
+    pull.bind(addr)
     done = threading.Event()
 
     def slow_replay() -> None:
