@@ -30,6 +30,10 @@ SHARES = {
         "a timestamp after a deliberate step of the wall clock: the step is the event, and a "
         "status written after it carries the stepped time however slow the machine"
     ),
+    "test_random_kills_stops_and_a_clock_step_end_the_run_once_with_results": (
+        "the same stepped timestamp, and a run time below the day of the step; the folder and "
+        "the iterations it reads descend from the stepped environment, not from a duration"
+    ),
 }
 """Tests that read a clock for something other than a duration, each with why a loaded machine
 cannot fail it."""
