@@ -12,6 +12,7 @@ import json
 import re
 import socket
 import subprocess
+import tempfile
 import time
 import urllib.request
 from pathlib import Path
@@ -104,6 +105,73 @@ def running_tasks(cluster: E2ECluster) -> list[str]:
     return [r[0] for r in rows if r and r[-1] == "RUNNING"]
 
 
+PROBE = "curve-probe"
+"""Not `<experiment>-...`: no selector or teardown check of the experiment's pods matches it."""
+
+
+def curve_probe(cluster: E2ECluster, name: str) -> dict[str, dict[str, list[str]]]:
+    """Run tests/e2e/curve_probe.py in a pod beside the experiment's: its agent's pod spec (the
+    same security context, image and key mount, the experiment's label that the NetworkPolicy
+    admits) with the probe as its only container, against every Service address the agent
+    connects to. What each handshake saw, per address and mode."""
+    from surreal_kube.launch.kube import naming
+
+    agent = next(p for p in pod_names(cluster, name) if "-agents-" in p)
+    spec = json.loads(cluster.kubectl("get", "pod", agent, "-o", "json"))["spec"]
+    (role,) = [c for c in spec["containers"] if c["name"] == "agents"]
+    key_mounts = [m for m in role["volumeMounts"] if m["name"] == "curve"]
+    # SURREAL_PS_SERVE_ADDR=tcp://... -> ps-serve=tcp://...: the Services it dials (not in-pod ones)
+    addrs = sorted(
+        f"{e['name'][len('SURREAL_') : -len('_ADDR')].lower().replace('_', '-')}={e['value']}"
+        for e in role["env"]
+        if e["name"].endswith("_ADDR") and ".svc." in str(e.get("value", ""))
+    )
+    assert key_mounts and addrs, role
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": PROBE, "labels": {naming.EXPERIMENT_LABEL: name}},
+        "spec": {
+            "restartPolicy": "Never",
+            "terminationGracePeriodSeconds": 1,
+            "securityContext": spec.get("securityContext", {}),
+            "nodeSelector": spec.get("nodeSelector", {}),
+            "tolerations": spec.get("tolerations", []),
+            "volumes": [v for v in spec["volumes"] if v["name"] == "curve"],
+            "containers": [{
+                "name": "probe",
+                "image": role["image"],
+                "imagePullPolicy": role.get("imagePullPolicy", "IfNotPresent"),
+                "command": ["python", "-c", (Path(__file__).parent / "curve_probe.py").read_text(),
+                            *addrs],
+                "env": [e for e in role["env"] if e["name"] == "SURREAL_CURVE_KEYS"],
+                "volumeMounts": key_mounts,
+                "securityContext": role.get("securityContext", {}),
+                "resources": {"requests": {"cpu": "50m", "memory": "128Mi"},
+                              "limits": {"memory": "256Mi"}},
+            }],
+        },
+    }  # fmt: skip
+    manifest = Path(tempfile.mkdtemp()) / "probe.json"
+    manifest.write_text(json.dumps(pod))
+    cluster.kubectl("create", "-f", str(manifest))
+    try:
+        phase = wait_for(
+            "the probe pod to finish",
+            lambda: (
+                cluster.kubectl("get", "pod", PROBE, "-o", "jsonpath={.status.phase}").strip()
+                in ("Succeeded", "Failed")
+                and cluster.kubectl("get", "pod", PROBE, "-o", "jsonpath={.status.phase}")
+            ),
+            timeout=180,
+        )
+        log = cluster.kubectl("logs", PROBE)
+        assert phase.strip() == "Succeeded", log
+        return json.loads(log.strip().splitlines()[-1])
+    finally:
+        cluster.kubectl("delete", "pod", PROBE, "--wait=false", check=False)
+
+
 def test_create_watch_disturb_finish_fetch_delete(e2e: E2ECluster, tmp_path: Path) -> None:
     spec = tmp_path / "small.yaml"
     spec.write_text(SMALL_RESOURCES)
@@ -169,6 +237,18 @@ def test_create_watch_disturb_finish_fetch_delete(e2e: E2ECluster, tmp_path: Pat
         timeout=300,
     )
     assert int(resumed.group(1)) >= 5, resumed.group(0)
+
+    # --- inside the boundary, a pod without the secret key is refused by every endpoint it can
+    # reach (issue 25): in plain text, and with a keypair of its own; the same pod with the
+    # experiment's key gets through (the control: the address is right, the network lets it in)
+    seen = curve_probe(e2e, NAME)
+    print("curve probe:", json.dumps(seen))
+    assert len(seen) >= 3, seen  # the parameter server, replay, tensorplex, loggerplex
+    for addr, modes in seen.items():
+        assert "HANDSHAKE_SUCCEEDED" in modes["member"], (addr, modes)
+        for mode in ("plain", "stranger"):
+            assert "CONNECTED" in modes[mode], (addr, mode, modes)
+            assert "HANDSHAKE_SUCCEEDED" not in modes[mode], (addr, mode, modes)
 
     # --- TensorBoard through the port-forward: the eval curve, and a screenshot of the page
     port = free_port()

@@ -1,0 +1,86 @@
+"""Try ZeroMQ handshakes with an experiment's endpoints three ways, and print what each saw.
+
+Run inside a pod of the experiment's namespace (by tests/e2e/test_user_path.py, as the source of a
+`python -c`), with the experiment's key file mounted at $SURREAL_CURVE_KEYS:
+- `plain`: no CURVE at all (a pod that knows the address);
+- `stranger`: CURVE with the experiment's public key as the server key (public keys are not
+  secret) but a keypair of its own (a pod that does not hold the secret key);
+- `member`: CURVE with the experiment's keypair (what a role does): the control, which shows the
+  address is right and the connection is let through, so that a refusal above is CURVE's.
+
+Arguments: `endpoint=address` (`ps-serve=tcp://...`): the endpoint's name picks the socket type
+a role connects to it with (ZeroMQ refuses a handshake between socket types that do not pair, a
+PUSH with a ROUTER, say, whatever the keys). Prints one JSON object: {address: {mode: [socket
+monitor events, in order]}}. A handshake that succeeded shows HANDSHAKE_SUCCEEDED; one refused
+does not, though CONNECTED (TCP) does.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+
+import zmq
+from zmq.utils.monitor import recv_monitor_message
+
+MODES = ("plain", "stranger", "member")
+WINDOW_SECONDS = 5.0
+"""How long a handshake may take before it counts as not succeeded (it takes milliseconds)."""
+FAILED = {zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL, zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL,
+          zmq.EVENT_HANDSHAKE_FAILED_AUTH}  # fmt: skip
+CONNECTS_WITH = {"ps-serve": zmq.DEALER, "replay-sampler": zmq.DEALER, "parameter-publish": zmq.SUB}
+"""The socket type that pairs with each endpoint's server; PUSH for the rest (collectors, metrics)."""
+NAMES = {
+    value: name[len("EVENT_") :]
+    for name, value in vars(zmq).items()
+    if name.startswith("EVENT_") and isinstance(value, int) and name != "EVENT_ALL"
+}
+
+
+def keys(path: str) -> tuple[bytes, bytes]:
+    doc = json.loads(open(path).read())  # noqa: SIM115 - a one-shot script
+    return doc["public"].encode(), doc["secret"].encode()
+
+
+def attempt(ctx: zmq.Context[zmq.Socket[bytes]], target: str, mode: str, public: bytes,
+            secret: bytes) -> list[str]:  # fmt: skip
+    name, addr = target.split("=", 1)
+    sock = ctx.socket(CONNECTS_WITH.get(name, zmq.PUSH))
+    sock.setsockopt(zmq.LINGER, 0)
+    if mode == "stranger":
+        own_public, own_secret = zmq.curve_keypair()
+        sock.curve_serverkey, sock.curve_publickey, sock.curve_secretkey = (
+            public, own_public, own_secret
+        )  # fmt: skip
+    elif mode == "member":
+        sock.curve_serverkey, sock.curve_publickey, sock.curve_secretkey = public, public, secret
+    monitor = sock.get_monitor_socket(zmq.EVENT_ALL)
+    sock.connect(addr)
+    seen: list[str] = []
+    deadline = time.monotonic() + WINDOW_SECONDS
+    while time.monotonic() < deadline:
+        if not monitor.poll(100):
+            continue
+        event = recv_monitor_message(monitor)["event"]
+        seen.append(NAMES.get(event, str(event)))
+        if event == zmq.EVENT_HANDSHAKE_SUCCEEDED or event in FAILED:
+            break
+    sock.disable_monitor()
+    monitor.close(0)
+    sock.close(0)
+    return seen
+
+
+def main(targets: list[str]) -> dict[str, dict[str, list[str]]]:
+    public, secret = keys(os.environ["SURREAL_CURVE_KEYS"])
+    ctx: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
+    try:
+        return {t: {m: attempt(ctx, t, m, public, secret) for m in MODES} for t in targets}
+    finally:
+        ctx.term()
+
+
+if __name__ == "__main__":
+    print(json.dumps(main(sys.argv[1:])), flush=True)
