@@ -172,9 +172,7 @@ def on_fresh_cluster(run: Any) -> float:
 
 
 def expected_pods(exp: Experiment) -> int:
-    from surreal_kube.experiment.resolve import experiment_topology
-
-    return sum(g.replicas for g in experiment_topology(exp).groups)
+    return sum(g.replicas for g in exp.topology.groups)
 
 
 def say(message: str) -> None:

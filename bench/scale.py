@@ -53,7 +53,7 @@ sys.path.insert(0, str(ROOT))
 from common import RESULTS, Row, parse_args, print_table, write_results  # noqa: E402
 
 from surreal_kube.errors import SpecError  # noqa: E402
-from surreal_kube.experiment.resolve import experiment_topology, resolve_experiment  # noqa: E402
+from surreal_kube.experiment.resolve import resolve_experiment  # noqa: E402
 from surreal_kube.experiment.spec import Experiment  # noqa: E402
 from surreal_kube.launch.kube import naming  # noqa: E402
 from surreal_kube.launch.kube.api.client import (  # noqa: E402
@@ -163,7 +163,7 @@ def say(message: str) -> None:
 
 
 def expected_pods(exp: Experiment) -> int:
-    return sum(g.replicas for g in experiment_topology(exp).groups)
+    return sum(g.replicas for g in exp.topology.groups)
 
 
 # --------------------------------------------------------------------------- watching pods
