@@ -21,6 +21,7 @@ import json
 import os
 import sys
 import time
+from pathlib import Path
 
 import zmq
 from zmq.utils.monitor import recv_monitor_message
@@ -40,7 +41,7 @@ NAMES = {
 
 
 def keys(path: str) -> tuple[bytes, bytes]:
-    doc = json.loads(open(path).read())  # noqa: SIM115 - a one-shot script
+    doc = json.loads(Path(path).read_text())
     return doc["public"].encode(), doc["secret"].encode()
 
 

@@ -12,7 +12,6 @@ import json
 import re
 import socket
 import subprocess
-import tempfile
 import time
 import urllib.request
 from pathlib import Path
@@ -109,7 +108,7 @@ PROBE = "curve-probe"
 """Not `<experiment>-...`: no selector or teardown check of the experiment's pods matches it."""
 
 
-def curve_probe(cluster: E2ECluster, name: str) -> dict[str, dict[str, list[str]]]:
+def curve_probe(cluster: E2ECluster, name: str, work: Path) -> dict[str, dict[str, list[str]]]:
     """Run tests/e2e/curve_probe.py in a pod beside the experiment's: its agent's pod spec (the
     same security context, image and key mount, the experiment's label that the NetworkPolicy
     admits) with the probe as its only container, against every Service address the agent
@@ -152,21 +151,18 @@ def curve_probe(cluster: E2ECluster, name: str) -> dict[str, dict[str, list[str]
             }],
         },
     }  # fmt: skip
-    manifest = Path(tempfile.mkdtemp()) / "probe.json"
+    manifest = work / "probe.json"
     manifest.write_text(json.dumps(pod))
     cluster.kubectl("create", "-f", str(manifest))
     try:
-        phase = wait_for(
-            "the probe pod to finish",
-            lambda: (
-                cluster.kubectl("get", "pod", PROBE, "-o", "jsonpath={.status.phase}").strip()
-                in ("Succeeded", "Failed")
-                and cluster.kubectl("get", "pod", PROBE, "-o", "jsonpath={.status.phase}")
-            ),
-            timeout=180,
-        )
+
+        def finished() -> str | None:
+            phase = cluster.kubectl("get", "pod", PROBE, "-o", "jsonpath={.status.phase}")
+            return phase if phase in ("Succeeded", "Failed") else None
+
+        phase = wait_for("the probe pod to finish", finished, timeout=180)
         log = cluster.kubectl("logs", PROBE)
-        assert phase.strip() == "Succeeded", log
+        assert phase == "Succeeded", log
         return json.loads(log.strip().splitlines()[-1])
     finally:
         cluster.kubectl("delete", "pod", PROBE, "--wait=false", check=False)
@@ -241,7 +237,7 @@ def test_create_watch_disturb_finish_fetch_delete(e2e: E2ECluster, tmp_path: Pat
     # --- inside the boundary, a pod without the secret key is refused by every endpoint it can
     # reach (issue 25): in plain text, and with a keypair of its own; the same pod with the
     # experiment's key gets through (the control: the address is right, the network lets it in)
-    seen = curve_probe(e2e, NAME)
+    seen = curve_probe(e2e, NAME, tmp_path)
     print("curve probe:", json.dumps(seen))
     assert len(seen) >= 3, seen  # the parameter server, replay, tensorplex, loggerplex
     for addr, modes in seen.items():

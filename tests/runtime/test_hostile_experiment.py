@@ -226,7 +226,7 @@ def fake_replay_shard(peer: Peer) -> int:
     return answered
 
 
-def fake_parameter_server(peer: Peer, folder: Path) -> int:
+def fake_parameter_server(peer: Peer) -> int:
     """Join the parameter server's backend as shards and serve forged parameters (a hash that
     does not match, or another model's with a matching one); how many fetchers it answered.
 
@@ -324,7 +324,7 @@ def test_a_hostile_peer_cannot_crash_stall_or_end_a_running_experiment(experimen
         attack_sampler(peer)
         attack_parameters(peer)
         attack_metrics_and_logs(peer)
-        assert fake_parameter_server(peer, folder) >= 1  # the agent fetched from it (see below)
+        assert fake_parameter_server(peer) >= 1  # the agent fetched from it (see below)
         assert fake_replay_shard(peer) >= 1  # the learner's requests reached it
         attacked_at = iteration(folder)
     finally:
