@@ -31,6 +31,7 @@ from surreal_kube.launch.kube.api.client import Kube, NotFoundError, resource
 from surreal_kube.launch.kube.lifecycle import apply as kube_apply
 from surreal_kube.launch.kube.lifecycle import keys
 from surreal_kube.launch.kube.placement import pools
+from surreal_kube.launch.kube.placement.priorities import check_priority_classes
 from surreal_kube.launch.kube.plan import (
     ImageChooser,
     Plan,
@@ -131,10 +132,13 @@ def plan_of(kube: Kube | None, obj: Mapping[str, Any], config: Config) -> Plan:
     """The one plan of an `Experiment` object (`launch/kube/plan.py`), owned by it: the same
     plan `surreal-kube create` makes for the same spec and profile."""
     exp = custom_resource.resolve_object(obj)
+    chosen = profile(kube, config, obj)
+    if kube is not None:  # a class it lacks: no pod would ever be made, and nothing said why
+        check_priority_classes(kube, chosen)
     return make_plan(
         exp,
         obj["metadata"]["namespace"],
-        profile=profile(kube, config, obj),
+        profile=chosen,
         images=default_images(config),
         owner=owner_of(obj),
     )

@@ -67,8 +67,14 @@ RULES: list[dict[str, Any]] = [
 
 NODE_RULES: list[dict[str, Any]] = [
     {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "watch"]},
+    {
+        "apiGroups": ["scheduling.k8s.io"],
+        "resources": ["priorityclasses"],
+        "verbs": ["get", "list"],
+    },
 ]
-"""Cluster-wide and read-only: placement pre-flight and plain-words pending reasons."""
+"""Cluster-wide and read-only: placement pre-flight (nodes, the profile's PriorityClasses) and
+plain-words pending reasons."""
 
 
 def allows(rules: list[dict[str, Any]], api_group: str, resource: str, verb: str) -> bool:

@@ -49,6 +49,11 @@ def test_the_role_is_least_privilege() -> None:
     assert not rbac.allows(rbac.RULES, "rbac.authorization.k8s.io", "clusterroles", "create")
     assert not rbac.allows(rbac.RULES, "rbac.authorization.k8s.io", "clusterrolebindings", "create")
     assert not rbac.allows(rbac.RULES, "", "serviceaccounts/token", "create")
-    assert rbac.NODE_RULES == [
-        {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "watch"]}
+    assert rbac.NODE_RULES == [  # cluster-wide reads only
+        {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "watch"]},
+        {
+            "apiGroups": ["scheduling.k8s.io"],
+            "resources": ["priorityclasses"],
+            "verbs": ["get", "list"],
+        },
     ]

@@ -8,7 +8,8 @@ earlier ones computed instead of computing it again:
 
 1. the topology (`experiment/topology.py`): groups, processes, endpoints;
 2. placement (`placement.place`): a pool per group, checked against the profile's pools, so an
-   experiment that cannot fit is refused before any image is built;
+   experiment that cannot fit is refused before any image is built (on GKE Autopilot,
+   `placement.autopilot`: hardware selectors and Autopilot's sizes instead of pools);
 3. images: the exact reference of each key of `spec.images` the topology runs. Who chooses them
    differs (the CLI builds or checks them in an engine, a dry run computes their content-hash
    tags, the operator takes prebuilt ones or its default images), so `make_plan` takes a chooser;
@@ -33,7 +34,8 @@ from typing import Any
 
 from surreal_kube.experiment.spec import Experiment, ImageSpec
 from surreal_kube.launch.kube.images.planner import planned_references
-from surreal_kube.launch.kube.placement.place import Placement, place
+from surreal_kube.launch.kube.placement.autopilot import place_for
+from surreal_kube.launch.kube.placement.place import Placement
 from surreal_kube.launch.kube.profile import ClusterProfile
 from surreal_kube.launch.kube.render.objects import (
     dump_objects,
@@ -101,7 +103,7 @@ def make_plan(
     """
 
     prof = profile or ClusterProfile()
-    placements = place(exp, exp.topology, prof)
+    placements = place_for(exp, exp.topology, prof)
     keys = used_image_keys(exp)
     chosen = dict(images(exp, keys) if callable(images) else (images or {}))
     missing = [k for k in keys if k not in chosen]

@@ -34,6 +34,9 @@ from surreal_kube.experiment.quantity import (
     parse_quantity,
     to_millicpu,
 )
+from surreal_kube.experiment.spec import COMPONENTS
+from surreal_kube.experiment.suggest import did_you_mean
+from surreal_kube.launch.kube.autopilot import AutopilotSettings
 from surreal_kube.schema import SpecModel
 
 GPU_RESOURCE = "nvidia.com/gpu"
@@ -238,6 +241,8 @@ OVERRIDABLE_KEYS = (
     *(f"experimentVolume.{k}" for k in VOLUME_KEYS),
     "runAsUser",
     "progressReporter",
+    "autopilot",
+    "priorityClasses",
 )
 """What `experimentMayOverride` may list: every profile key but the admin's rules."""
 DEFAULT_OVERRIDABLE = (
@@ -260,7 +265,9 @@ admin, because the operator would act with its own rights rather than the author
 - `pools`, `poolLabel`: placement, and the pools' taints become tolerations (control-plane or
   reserved nodes); an empty list means pools discovered from every node;
 - `imagePullSecrets`: pulling with credentials of the namespace the author may not read;
-- `progressReporter`: the operator creates a Role and RoleBinding for it.
+- `progressReporter`: the operator creates a Role and RoleBinding for it;
+- `autopilot`: its GPU model, compute class and Spot Pods are placement too;
+- `priorityClasses`: a priority preempts other tenants' pods (system-cluster-critical, say).
 """
 
 
@@ -302,6 +309,18 @@ class ClusterProfile(SpecModel):
         description="operator only: whether an experiment may mount an NFS export, from this "
         "profile or an Experiment's (the operator's pods reach any server the node can)",
     )
+    priority_classes: dict[str, str] = Field(
+        default_factory=dict,
+        description="PriorityClass per component (learner, replay, ps above agent and eval, "
+        "say): who waits and who is preempted when the cluster is full; unset: the cluster's "
+        "default class. Pre-flight refuses a class the cluster does not have",
+    )
+    autopilot: AutopilotSettings | None = Field(
+        None,
+        description="GKE Autopilot: no node pools; GPU pods select a GPU model, CPU pods a "
+        "compute class, and requests follow Autopilot's rules (launch/kube/autopilot.py); "
+        "found by pre-flight on a cluster that serves auto.gke.io, else set here",
+    )
 
     @model_validator(mode="after")
     def _unique(self) -> ClusterProfile:
@@ -309,7 +328,29 @@ class ClusterProfile(SpecModel):
         dupes = sorted({n for n in names if names.count(n) > 1})
         if dupes:
             raise ValueError(f"pools: pool {dupes[0]!r} is listed twice")
+        if self.autopilot is not None and self.pools:
+            raise ValueError(
+                f"pools: Autopilot has no node pools to select (pool {self.pools[0].name!r}); "
+                "leave pools out: GPU pods select autopilot.accelerator, CPU pods "
+                "autopilot.computeClass"
+            )
+        if self.autopilot is not None and self.experiment_volume.kind == "hostPath":
+            raise ValueError(
+                "experimentVolume.kind: Autopilot refuses hostPath volumes (only /var/log, read "
+                "only); use persistentVolumeClaim (standard-rwo, or standard-rwx on Filestore)"
+            )
         return self
+
+    @field_validator("priority_classes")
+    @classmethod
+    def _known_components(cls, value: dict[str, str]) -> dict[str, str]:
+        for key in value:
+            if key not in COMPONENTS:
+                raise ValueError(
+                    f"unknown component {key!r}{did_you_mean(key, COMPONENTS)}; valid: "
+                    + ", ".join(COMPONENTS)
+                )
+        return value
 
     @field_validator("experiment_may_override")
     @classmethod

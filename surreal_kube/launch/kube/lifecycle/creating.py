@@ -25,6 +25,7 @@ from surreal_kube.launch.kube.api.client import (
 from surreal_kube.launch.kube.lifecycle import apply, keys
 from surreal_kube.launch.kube.lifecycle.finding import find_or_none
 from surreal_kube.launch.kube.placement.pools import effective_profile
+from surreal_kube.launch.kube.placement.priorities import check_priority_classes
 from surreal_kube.launch.kube.placement.storage import check_kept_claim, check_storage
 from surreal_kube.launch.kube.plan import ImageChooser, Plan, make_plan
 from surreal_kube.launch.kube.profile import ClusterProfile
@@ -66,8 +67,9 @@ def plan_create(
             f"admission, which the operator manages; {why}: create it through the operator, "
             "or leave spec.queue unset"
         )
-    if preflight and (profile is not None or not via_operator):  # else the operator's volume
+    if preflight and (profile is not None or not via_operator):  # else the operator's profile
         check_storage(kube, (prof or ClusterProfile()).experiment_volume, exp.metadata.name)
+        check_priority_classes(kube, prof)
     plan = make_plan(exp, kube.namespace, profile=prof, images=images, render=not via_operator)
     plan.via_operator = via_operator
     plan.profile_choice = profile

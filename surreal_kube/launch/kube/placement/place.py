@@ -76,6 +76,11 @@ class Placement:
     """The chosen pool, None when rendering without a profile and without an explicit pool."""
     node_selector: dict[str, str] = field(default_factory=dict)
     tolerations: tuple[dict[str, str], ...] = ()
+    shape: PodShape | None = None
+    """What one pod asks for when placement changed the spec's figures (Autopilot's ratios);
+    None: the spec's (`pod_shape`)."""
+    autopilot: bool = False
+    """Rendered for GKE Autopilot: every container also asks for ephemeral storage."""
 
 
 def pod_shape(exp: Experiment, component: str) -> PodShape:

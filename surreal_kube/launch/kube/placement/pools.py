@@ -17,7 +17,9 @@ from surreal_kube.launch.kube.api.client import (
     NODE,
     Kube,
     KubeError,
+    NotFoundError,
 )
+from surreal_kube.launch.kube.autopilot import AUTOPILOT_API_GROUP, AutopilotSettings
 from surreal_kube.launch.kube.profile import ClusterProfile, merge_pools, pools_from_nodes
 
 log = logging.getLogger(__name__)
@@ -44,6 +46,12 @@ def effective_profile(
     reason then shows in `status`.
     """
     profile = base
+    unset = base is None or base.autopilot is None
+    if kube is not None and read_nodes and unset and serves_autopilot(kube):
+        log.info("the cluster serves %s: GKE Autopilot, no node pools", AUTOPILOT_API_GROUP)
+        profile = (base or ClusterProfile()).model_copy(update={"autopilot": AutopilotSettings()})
+    if profile is not None and profile.autopilot is not None:
+        return profile  # no pools to read: Autopilot provisions nodes for the pods it admits
     declared = list(base.pools) if base is not None else []
     autoscaled = any(p.max_count is not None for p in declared)
     if (not declared or autoscaled) and kube is not None and read_nodes:
@@ -79,6 +87,19 @@ def effective_profile(
         for p in profile.pools
     ]
     return profile.model_copy(update={"pools": big})
+
+
+def serves_autopilot(kube: Kube) -> bool:
+    """Whether the cluster is GKE Autopilot: it serves Autopilot's own API group (its workload
+    allowlists), which no Standard cluster or other distribution does."""
+    try:
+        kube.raw("GET", f"/apis/{AUTOPILOT_API_GROUP}", what="discover GKE Autopilot")
+    except NotFoundError:
+        return False
+    except KubeError as exc:
+        log.info("cannot tell whether the cluster is GKE Autopilot (%s): taken as not", exc)
+        return False
+    return True
 
 
 def discover_pools(kube: Kube, base: ClusterProfile | None = None) -> ClusterProfile:

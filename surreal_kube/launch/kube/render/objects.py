@@ -47,19 +47,27 @@ from typing import Any
 import yaml
 
 from surreal_kube.errors import LaunchError
+from surreal_kube.experiment.quantity import parse_memory, to_millicpu
 from surreal_kube.experiment.reads import config_digest
 from surreal_kube.experiment.resolve import dump_yaml
 from surreal_kube.experiment.spec import Experiment
 from surreal_kube.experiment.topology import ENV_PREFIX, Group, Process, Topology
 from surreal_kube.experiment.topology import endpoint as endpoint_spec
 from surreal_kube.launch.kube import naming
+from surreal_kube.launch.kube.autopilot import (
+    COMPUTE_CLASS_LABEL,
+    COMPUTE_CLASSES,
+    ClassLimits,
+    container_ephemeral,
+    within_ratio,
+)
 from surreal_kube.launch.kube.naming import RETAIN_ANNOTATION
+from surreal_kube.launch.kube.placement.autopilot import place_for
 from surreal_kube.launch.kube.placement.place import (
     Placement,
     data_groups,
     format_cpu,
     format_memory,
-    place,
     pod_shape,
 )
 from surreal_kube.launch.kube.profile import ClusterProfile
@@ -228,7 +236,7 @@ def render_text(
     profile = profile or ClusterProfile()
     topo = exp.topology
     if placements is None:
-        placements = place(exp, topo, profile)
+        placements = place_for(exp, topo, profile)
     refs = dict(images or {})
     missing = sorted(set(used_image_keys(exp)) - set(refs))
     if missing:
@@ -347,6 +355,20 @@ def split_weighted(total: int, weights: list[int], unit: int = 1) -> list[int]:
     for i in order[:left]:
         shares[i] += 1
     return [share * unit for share in shares]
+
+
+def autopilot_containers(containers: list[dict[str, Any]], limits: ClassLimits | None) -> None:
+    """Each container as GKE Autopilot admits it unchanged (`launch/kube/autopilot.py`): within
+    its pod's compute class's CPU:memory ratio (`limits`; None: a GPU pod, where none is
+    enforced) and with an ephemeral-storage request. Placement sized the pod; this evens out
+    the rounding of its split among containers."""
+    for i, c in enumerate(containers):
+        if limits is not None:
+            millicpu, memory = within_ratio(
+                to_millicpu(c["cpu"]), parse_memory(c["memory"]), limits
+            )
+            c["cpu"], c["memory"] = format_cpu(millicpu), format_memory(memory)
+        c["ephemeral"] = format_memory(container_ephemeral(i))
 
 
 def threads_for(millicpu: int) -> int:
@@ -522,17 +544,20 @@ class _Context:
         }
 
     def _pod(self, group: Group) -> dict[str, Any]:
-        shape = pod_shape(self.exp, group.component)
+        placement = self.placements[group.name]
+        shape = placement.shape or pod_shape(self.exp, group.component)
         processes = list(group.processes[:1]) if group.replicated else list(group.processes)
         gpus = container_gpus(group, shape.gpus)
         weights = [ROLE_SHARES.get(p.role, (1, 1)) for p in processes]
         cpus = split_weighted(shape.millicpu, [w[0] for w in weights])
         memory = split_weighted(shape.memory, [w[1] for w in weights], unit=2**20)
-        placement = self.placements[group.name]
         containers = [
             self._container(group, p, cpus[i], memory[i], gpus[p.name])
             for i, p in enumerate(processes)
         ]
+        if placement.autopilot:
+            class_name = placement.node_selector.get(COMPUTE_CLASS_LABEL, "general-purpose")
+            autopilot_containers(containers, None if shape.gpus else COMPUTE_CLASSES[class_name])
         volume = self.volume
         sub_path = self.name if volume.kind == "nfs" else None
         path = volume.path
@@ -563,6 +588,7 @@ class _Context:
             "image": self.images[image_key(self.exp, group.component)],
             "uid": self.profile.run_as_user,
             "grace_seconds": 60 if group.component == "learner" else 30,
+            "priority_class": self.profile.priority_classes.get(group.component),
             "node_selector": placement.node_selector,
             "tolerations": list(placement.tolerations),
             "affinity": affinity,
@@ -651,4 +677,5 @@ class _Context:
             "memory": format_memory(memory),
             "gpus": gpus.limit,
             "reporter": reports,
+            "ephemeral": None,
         }
