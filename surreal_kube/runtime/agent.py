@@ -40,7 +40,7 @@ from surreal_kube.experiment.topology import collector
 from surreal_kube.runtime.base import RoleBase
 from surreal_kube.runtime.context import RoleContext
 from surreal_kube.runtime.layout import parameter_bytes_bound
-from surreal_kube.runtime.lifecycle import Every, RateMeter, StopFlag
+from surreal_kube.runtime.lifecycle import Every, Heartbeat, RateMeter, StopFlag
 from surreal_kube.runtime.reporter import AGENT_BUDGET_DONE, AGENT_ENV_STEPS
 from surreal_kube.runtime.status import ProgressFile
 
@@ -70,6 +70,7 @@ class AgentsRole(RoleBase):
         spec = ctx.spec
         self.agent_ids = ctx.agent_ids
         self.progress = ProgressFile(ctx.experiment_dir, ctx.experiment, ctx.process, ctx.role)
+        self.heartbeat = Heartbeat.from_env()  # the liveness probe's: see runtime.lifecycle
         restarts = int(self.progress.data["restarts"])
         obs_space, action_space = env_spaces(spec.env)
         self.slots: list[Slot] = []
@@ -173,6 +174,7 @@ class AgentsRole(RoleBase):
         """Block (responsive to SIGTERM) until the parameter server has the learner's parameters."""
         self.progress.write("waiting", "waiting for the learner's first parameters")
         while not self.stop.is_set() and self.params.info is None:
+            self.heartbeat.beat()
             self.fetch()
             if self.params.info is None:
                 self.stop.wait(0.2)
@@ -248,10 +250,12 @@ class AgentsRole(RoleBase):
                 # keep saying so: on a cluster tensorplex ends the run from it (a restarted
                 # tensorplex too), runtime/conductor.py
                 while True:
+                    self.heartbeat.beat()
                     self._report(0.0, 0.0, 0.0)
                     if self.stop.wait(spec.session.metrics.agent_interval_seconds):
                         break
                 break
+            self.heartbeat.beat()  # each tick: an env or a send stuck for good beats no more
             started = self.step(started)
             if report():
                 self._report(

@@ -31,7 +31,7 @@ from surreal_kube.comm.parameters import ParameterClient
 from surreal_kube.runtime.base import RoleBase
 from surreal_kube.runtime.context import RoleContext
 from surreal_kube.runtime.layout import parameter_bytes
-from surreal_kube.runtime.lifecycle import StopFlag
+from surreal_kube.runtime.lifecycle import Heartbeat, StopFlag
 from surreal_kube.runtime.status import ProgressFile
 
 log = logging.getLogger(__name__)
@@ -47,6 +47,7 @@ class EvalRole(RoleBase):
 
         spec = ctx.spec
         self.progress = ProgressFile(ctx.experiment_dir, ctx.experiment, ctx.process, ctx.role)
+        self.heartbeat = Heartbeat.from_env()  # the liveness probe's: see runtime.lifecycle
         self.mode = (
             "eval_deterministic" if spec.evals.mode == "deterministic" else "eval_stochastic"
         )
@@ -97,6 +98,7 @@ class EvalRole(RoleBase):
             while not done:
                 if self.stop.is_set():
                     return None
+                self.heartbeat.beat()
                 action = self.actor.act(obs)
                 next_obs, reward, terminated, truncated, _ = self.env.step(action)
                 self.actor.observe(obs, action, float(reward), next_obs, terminated, truncated)
@@ -149,6 +151,7 @@ class EvalRole(RoleBase):
         )
         self.progress.write("running")
         while not self.stop.is_set():
+            self.heartbeat.beat()
             started = time.monotonic()
             final = self.final.is_set()
             if final:
@@ -187,6 +190,7 @@ class EvalRole(RoleBase):
         """Sleep until the next evaluation; a stop or a final-evaluation request wakes it."""
         deadline = time.monotonic() + seconds
         while not self.stop.is_set() and not self.final.is_set():
+            self.heartbeat.beat()
             left = deadline - time.monotonic()
             if left <= 0:
                 return

@@ -14,6 +14,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from surreal_kube.runtime.lifecycle import (
     HEARTBEAT_ENV,
     Heartbeat,
@@ -22,7 +24,7 @@ from surreal_kube.runtime.lifecycle import (
 )
 
 START = 300.0
-"""Bound on the learner's start-up on a loaded machine (turns a hang into a failure)."""
+"""Bound on a role's start-up on a loaded machine (turns a hang into a failure)."""
 
 
 PROBE = [sys.executable, "-m", "surreal_kube.runtime.lifecycle", "heartbeat"]
@@ -81,19 +83,23 @@ def test_heartbeat_does_nothing_unless_named(tmp_path):
 def _wait(condition, what: str, popen: subprocess.Popen[bytes], log: Path) -> None:
     deadline = time.monotonic() + START
     while not condition():
-        assert popen.poll() is None, f"learner exited:\n{log.read_text(errors='replace')}"
+        assert popen.poll() is None, f"the role exited:\n{log.read_text(errors='replace')}"
         assert time.monotonic() < deadline, f"{what}:\n{log.read_text(errors='replace')}"
         time.sleep(0.05)
 
 
-def test_a_waiting_learner_beats_and_a_stuck_one_fails_the_probe(local_run, tmp_path):
+@pytest.mark.parametrize("process", ["learner", "agents-0", "evals-0"])
+def test_a_waiting_role_beats_and_a_stuck_one_fails_the_probe(local_run, tmp_path, process):
+    """Each role with a liveness probe (render/objects.py LIVENESS_ROLES). Nothing else of the
+    experiment runs: the learner waits for data, agents and evals for parameters, and waiting
+    is alive. Before agents and evals beat, theirs never appeared."""
     run = local_run()
-    beat = tmp_path / "learner.heartbeat"
+    beat = tmp_path / f"{process}.heartbeat"
     beat.write_text("left by the previous container")  # a restart finds the old file
-    env = run.env("learner")
+    env = run.env(process)
     env[HEARTBEAT_ENV] = str(beat)
-    learner = run.start("learner", env)
-    log = run.log_path("learner")
+    learner = run.start(process, env)
+    log = run.log_path(process)
 
     def fresh_file() -> bool:
         try:
@@ -104,7 +110,6 @@ def test_a_waiting_learner_beats_and_a_stuck_one_fails_the_probe(local_run, tmp_
 
     _wait(fresh_file, "the loop never beat", learner, log)
     first = beat.stat().st_mtime_ns
-    # no replay is running: the learner only waits for data, and waiting is alive
     _wait(lambda: beat.stat().st_mtime_ns > first, "no second beat while waiting", learner, log)
     res = probe(beat, 60)
     assert res.returncode == 0, res.stderr

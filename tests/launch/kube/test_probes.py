@@ -44,11 +44,23 @@ def _learner(extra: list[str] | None = None) -> dict:
     return _containers(objects)["learner"]
 
 
-def test_only_the_learner_has_liveness_and_startup_probes() -> None:
+def test_the_learner_agents_and_evals_have_liveness_and_startup_probes() -> None:
+    """Issue 27 item 2: before, only the learner had them; an agent stuck in an env's step sat
+    Running for good while the run lost its experience."""
     objects = render_experiment(experiment("eight-agents-batch4-gpu"), "rl", images=IMAGES)
     probed = {n for n, c in _containers(objects).items() if "livenessProbe" in c}
     started = {n for n, c in _containers(objects).items() if "startupProbe" in c}
-    assert probed == started == {"learner"}
+    assert probed == started == {"learner", "agents", "evals"}
+    containers = _containers(objects)
+    for name in ("agents", "evals"):  # one template for every replica: the group's file
+        c = containers[name]
+        env = {e["name"]: e.get("value") for e in c["env"]}
+        assert env[HEARTBEAT_ENV] == f"/tmp/{name}.heartbeat"
+        command = c["livenessProbe"]["exec"]["command"]
+        assert command[4] == env[HEARTBEAT_ENV]
+        assert command[-2:] == ["--max-age", str(HEARTBEAT_FLOOR_SECONDS)]
+    big = experiment("one-agent", extra=["algorithm.batchSize=4096"])
+    assert heartbeat_max_age(big, "agents") == HEARTBEAT_FLOOR_SECONDS  # no update to wait on
 
 
 def test_the_probe_reads_the_heartbeat_the_learner_is_told_to_touch() -> None:

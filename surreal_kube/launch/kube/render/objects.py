@@ -106,10 +106,12 @@ PINNED_COMPONENTS = ("learner", "replay")
 update since its last checkpoint, a replay shard the experience it holds; agent pods move freely."""
 HEARTBEAT_ENV = "SURREAL_HEARTBEAT_FILE"
 """Where a role with a liveness probe touches its heartbeat (runtime.lifecycle.Heartbeat)."""
-LIVENESS_ROLES = ("learner",)
+LIVENESS_ROLES = ("learner", "agents", "eval")
 """Roles with a liveness probe: the learner, whose loop can hang inside an update (a deadlocked
 BLAS pool, a stuck device, a checkpoint write on a dead share) while its process and sockets look
-fine. Brokers and shards only poll sockets; agents restart on their own errors."""
+fine; agents and evals, whose loop can hang inside an environment's step (a simulator's
+deadlock, a user's env waiting on a dead service) while the pod looks Running and the run slowly
+loses its experience or its curve. Brokers and shards only poll sockets."""
 HEARTBEAT_FLOOR_SECONDS = 300
 """The least bound on a heartbeat's age: a checkpoint write to slow network storage, the first
 update's allocations, a node thrashing, all inside one turn of the loop."""
@@ -376,13 +378,17 @@ def threads_for(millicpu: int) -> int:
     return max(1, millicpu // 1000)
 
 
-def heartbeat_max_age(exp: Experiment) -> int:
-    """Seconds without a heartbeat after which the learner is taken as hung.
+def heartbeat_max_age(exp: Experiment, role: str = "learner") -> int:
+    """Seconds without a heartbeat after which a role's loop is taken as hung.
 
-    Derived from the slowest update the spec can ask for: its items times the slow per-item time
-    measured (SLOW_SECONDS_PER_ITEM), times HEARTBEAT_MARGIN, never under
-    HEARTBEAT_FLOOR_SECONDS. Waiting for data is not hung: the loop beats between its polls.
+    The learner's is derived from the slowest update the spec can ask for: its items times the
+    slow per-item time measured (SLOW_SECONDS_PER_ITEM), times HEARTBEAT_MARGIN, never under
+    HEARTBEAT_FLOOR_SECONDS. Agents and evals beat at every environment step and in every wait
+    (for parameters, for replay, between evaluations), so theirs is the floor. Waiting for data
+    is not hung: the loop beats between its polls.
     """
+    if role != "learner":
+        return HEARTBEAT_FLOOR_SECONDS
     alg = exp.spec.algorithm
     if alg.name == "ppo":
         items = alg.batch_size * alg.horizon * (alg.epochs_policy + alg.epochs_baseline)
@@ -392,10 +398,13 @@ def heartbeat_max_age(exp: Experiment) -> int:
     return max(HEARTBEAT_FLOOR_SECONDS, math.ceil(HEARTBEAT_MARGIN * slow))
 
 
-def liveness_probe(exp: Experiment, process: str) -> dict[str, Any]:
-    """The exec command and timings of a role's startup and liveness probes (see the template)."""
+def liveness_probe(exp: Experiment, process: str, role: str = "learner") -> dict[str, Any]:
+    """The exec command and timings of a role's startup and liveness probes (see the template).
+
+    process: the container's process, or its group for a replicated one (one template for every
+    pod; /tmp is each pod's own)."""
     path = f"/tmp/{process}.heartbeat"  # /tmp is the pod's emptyDir
-    max_age = heartbeat_max_age(exp)
+    max_age = heartbeat_max_age(exp, role)
     command = ["python", "-m", "surreal_kube.runtime.lifecycle", "heartbeat", path]
     return {
         "file": path,
@@ -656,7 +665,11 @@ class _Context:
                 }
             )
         liveness = (
-            liveness_probe(self.exp, process.name) if process.role in LIVENESS_ROLES else None
+            liveness_probe(
+                self.exp, group.name if group.replicated else process.name, process.role
+            )
+            if process.role in LIVENESS_ROLES
+            else None
         )
         if liveness:
             entries.append({"name": HEARTBEAT_ENV, "value": liveness["file"]})
