@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from surreal_kube.launch.kube.profile import ClusterProfile
+from surreal_kube.operator.metrics import Metrics
 from surreal_kube.operator.nodecache import NodeCache
 
 FIELD_MANAGER = "surreal-kube-operator"
@@ -37,6 +38,8 @@ class Config:
     those start at once, without Kueue."""
     nodes: NodeCache | None = None
     """The node watch's nodes (None, or not listed yet: nodes are listed when needed)."""
+    metrics: Metrics = field(default_factory=Metrics)
+    """What `/metrics` serves: reconciles, refreshes and each experiment's last status."""
 
     def held_nodes(self) -> tuple[list[dict[str, Any]], int] | None:
         """The node watch's nodes and their generation; None without a watch or before its

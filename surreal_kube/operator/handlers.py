@@ -44,7 +44,7 @@ from surreal_kube.launch.kube.api.client import (
 from surreal_kube.launch.kube.lifecycle.apply import NotOursError
 from surreal_kube.launch.kube.render import workload
 from surreal_kube.launch.kube.status.summary import failure_seen
-from surreal_kube.operator import apply, status
+from surreal_kube.operator import apply, events, status
 from surreal_kube.operator.podwatch import SELECTOR, Watcher
 
 log = logging.getLogger(__name__)
@@ -149,13 +149,17 @@ def apply_spec(
         _refuse(memo, obj, "Forbidden", str(exc))
         raise kopf.TemporaryError(str(exc), delay=30) from exc
     except (ConflictError, KubeError) as exc:
+        memo.config.metrics.reconciled("retry")
         raise kopf.TemporaryError(str(exc), delay=5) from exc
+    memo.config.metrics.reconciled("applied")
     if pruned:
         logger.info("pruned %s", ", ".join(pruned))
     memo.refresher.poke(meta["namespace"], meta["name"])
 
 
 def _refuse(memo: kopf.Memo, obj: Mapping[str, Any], reason: str, message: str) -> None:
+    memo.config.metrics.reconciled(reason)
+    events.record(memo.kube, obj, reason, message, warning=reason in events.WARNING_REASONS)
     try:
         status.set_conditions(
             memo.kube,

@@ -62,6 +62,11 @@ class Refresher:
     def stop(self) -> None:
         self._stopped.set()
 
+    def waiting(self) -> int:
+        """Experiments poked and not refreshed yet (the metrics' queue depth)."""
+        with self._guard:
+            return sum(1 for event in self._dirty.values() if event.is_set())
+
     def _run(self, key: tuple[str, str], event: threading.Event) -> None:
         spacing = 0.0
         last = -float("inf")
@@ -80,6 +85,7 @@ class Refresher:
             try:
                 status.refresh(self.kube, key[0], key[1], self.config, self.pods)
             except Exception as exc:  # a refresh failure must not kill the worker
+                self.config.metrics.refresh_failed()
                 log.warning("status refresh of %s/%s failed: %s", key[0], key[1], exc)
             last = time.monotonic()
             spacing = (time.thread_time() - cpu) / self.config.refresh_cpu_share

@@ -72,6 +72,12 @@ def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
         "whole by Kueue or waits whole (default: none, experiments start at once)",
     )
     p.add_argument("--liveness", help="serve a liveness probe, e.g. http://0.0.0.0:8080/healthz")
+    p.add_argument(
+        "--metrics",
+        metavar="HOST:PORT",
+        help="serve Prometheus metrics at http://HOST:PORT/metrics, e.g. 0.0.0.0:8081 (the "
+        "Helm chart's default); unset: none",
+    )
     p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     return p.parse_args(argv)
 
@@ -149,6 +155,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         refresher=Refresher(kube, config, pods=pods),
         resyncer=Resyncer(kube, config, watched, pods=pods),
     )
+    config.metrics.queue_depth = memo.refresher.waiting
+    if args.metrics:
+        from surreal_kube.operator.metrics import serve
+
+        server = serve(config.metrics, args.metrics)
+        logging.getLogger("surreal_kube.operator").info(
+            "metrics at http://%s:%d/metrics", *server.server_address[:2]
+        )
     memo.podwatch = PodWatcher(
         kube, watched, lambda kind, pod: handlers.pod_changed(memo, kind, pod)
     )

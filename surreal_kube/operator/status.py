@@ -12,7 +12,6 @@ come both from the experiment's own handlers and from its pods' events.
 from __future__ import annotations
 
 import contextlib
-import datetime as dt
 import logging
 import threading
 from collections import OrderedDict
@@ -46,6 +45,7 @@ from surreal_kube.launch.kube.status.summary import (
     summarize,
     unscheduled,
 )
+from surreal_kube.operator import events
 from surreal_kube.operator.config import Config
 from surreal_kube.operator.podcache import PodCache
 
@@ -122,10 +122,6 @@ def condition_status(obj: Mapping[str, Any], type_: str) -> str | None:
     return None
 
 
-def now() -> str:
-    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
 def condition(type_: str, status: str, reason: str, message: str) -> Condition:
     return Condition(type=type_, status=status, reason=reason, message=message)
 
@@ -139,7 +135,7 @@ def merge_conditions(old: list[Mapping[str, Any]], new: list[Condition]) -> list
         doc["lastTransitionTime"] = (
             prev.get("lastTransitionTime")
             if prev and prev.get("status") == cond.status and prev.get("lastTransitionTime")
-            else now()
+            else events.timestamp()
         )
         out[cond.type] = doc
     return [out[k] for k in sorted(out)]
@@ -201,6 +197,8 @@ def refresh(
             if pods is not None:
                 pods.forget((namespace, name))
             forget_lock(namespace, name)
+            events.forget(namespace, name)
+            config.metrics.forget(namespace, name)
             return None
         old = dict(obj.get("status") or {})
         try:
@@ -287,6 +285,9 @@ def refresh(
         new = status.to_wire()
         new["conditions"] = merge_conditions(old.get("conditions") or [], conds)
         write_status(kube, namespace, name, status_patch(old, new))
+        if status.phase and status.phase != old.get("phase"):
+            events.phase_changed(kube, obj, old.get("phase"), status.phase, status.reason)
+        config.metrics.observed(namespace, name, status)
         return status
 
 

@@ -32,6 +32,7 @@ def test_default_install_objects() -> None:
         "ConfigMap",
         "Deployment",
         "RoleBinding",
+        "Service",
         "ServiceAccount",
     ]
     (deploy,) = by_kind(docs, "Deployment")
@@ -49,6 +50,13 @@ def test_default_install_objects() -> None:
     assert pod["securityContext"]["runAsNonRoot"] is True
     assert pod["serviceAccountName"] == "surreal-kube"
     assert container["livenessProbe"]["httpGet"]["path"] == "/healthz"
+    # Prometheus metrics: the operator serves them, a Service fronts them
+    assert "--metrics=0.0.0.0:8081" in container["args"]
+    (service,) = by_kind(docs, "Service")
+    assert service["spec"]["ports"] == [
+        {"name": "metrics", "port": 8081, "targetPort": "metrics", "protocol": "TCP"}
+    ]
+    assert service["spec"]["selector"] == deploy["spec"]["selector"]["matchLabels"]
     selector = deploy["spec"]["selector"]["matchLabels"]
     assert "app.kubernetes.io/version" not in selector and "helm.sh/chart" not in selector
     (binding,) = by_kind(docs, "RoleBinding")
@@ -97,7 +105,7 @@ def test_create_switches_and_names() -> None:
         "--set",
         "serviceAccount.name=existing",
     )
-    assert sorted(d["kind"] for d in none) == ["ConfigMap", "Deployment"]
+    assert sorted(d["kind"] for d in none) == ["ConfigMap", "Deployment", "Service"]
     (deploy,) = by_kind(none, "Deployment")
     assert deploy["spec"]["template"]["spec"]["serviceAccountName"] == "existing"
     refused = helm("template", "x", str(CHART), "--set", "serviceAccount.create=false", check=False)
@@ -285,3 +293,21 @@ def _validations(node: object) -> list[dict[str, str]]:
     if isinstance(node, list):
         return [v for item in node for v in _validations(item)]
     return []
+
+
+def test_metrics_can_be_off_or_scraped_by_a_service_monitor() -> None:
+    off = template("--set", "metrics.enabled=false")
+    assert not by_kind(off, "Service")
+    args = by_kind(off, "Deployment")[0]["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert not [a for a in args if a.startswith("--metrics")]
+    monitored = template(
+        "--set",
+        "metrics.serviceMonitor.enabled=true",
+        "--set",
+        "metrics.serviceMonitor.labels.release=prom",
+    )
+    (monitor,) = by_kind(monitored, "ServiceMonitor")
+    assert monitor["metadata"]["labels"]["release"] == "prom"
+    assert monitor["spec"]["endpoints"] == [
+        {"port": "metrics", "path": "/metrics", "interval": "30s"}
+    ]

@@ -91,6 +91,13 @@ The name of the node-reading ClusterRole (and its binding): <fullname>-nodes wit
 {{- end -}}
 
 {{/*
+The operator's metrics Service: <fullname>-metrics within 63.
+*/}}
+{{- define "surreal-kube.metricsName" -}}
+{{- printf "%s-metrics" (include "surreal-kube.fullname" . | trunc 55 | trimSuffix "-") -}}
+{{- end -}}
+
+{{/*
 The operator's profile ConfigMap: <fullname>-profile within 63.
 */}}
 {{- define "surreal-kube.profileName" -}}
