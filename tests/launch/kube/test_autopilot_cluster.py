@@ -42,6 +42,9 @@ def autopilot(kube_cluster: Any) -> Iterator[Kube]:
             kube.patch(NAMESPACE, ns, {"metadata": {"labels": {"surreal.test/autopilot": "true"}}})
             for doc in POLICIES:
                 kube.apply(doc)
+            # a pod's ServiceAccount must exist for it to be admitted at all (tensorplex's)
+            for account in [o for o in render() if o["kind"] == "ServiceAccount"]:
+                kube.apply({**account, "metadata": {**account["metadata"], "namespace": ns}})
             # a policy takes effect once the API server has compiled it: wait for one to bite
             bad = pod_of(workloads(render())[0], ns)
             bad["spec"]["hostNetwork"] = True
@@ -52,7 +55,7 @@ def autopilot(kube_cluster: Any) -> Iterator[Kube]:
             yield kube
         finally:
             for doc in reversed(POLICIES):
-                kind = resource(doc["apiVersion"], doc["kind"])
+                kind = kube.resource_for(doc["apiVersion"], doc["kind"])
                 with contextlib.suppress(KubeError):  # never applied: the setup failed first
                     kube.delete(kind, doc["metadata"]["name"])
             kube_cluster.delete_namespace(ns)
@@ -239,3 +242,13 @@ def test_pre_flight_recognises_autopilot_by_its_api_group(kube_cluster: Any) -> 
             while serves_autopilot(kube) and time.monotonic() < deadline:
                 time.sleep(0.2)
         assert not serves_autopilot(kube)
+
+
+def test_what_was_rendered_before_for_gke_is_refused_on_autopilot(autopilot: Kube) -> None:
+    """The defect: pools as discovered on GKE become `cloud.google.com/gke-nodepool` selectors,
+    which Autopilot's admission rejects; the same experiment rendered for Autopilot is admitted."""
+    pools = yaml.safe_load((ROOT / "tests/cluster/kwok/pools.yaml").read_text())
+    exp = resolve_experiment("exp-ap", sets=["resources.learner.gpu=1"])
+    standard = make_plan(exp, "default", profile=profile_from_dict(pools), images=IMAGES)
+    refused = [refusal(autopilot, w) for w in workloads(standard.objects)]
+    assert all(r and "'surreal-autopilot-node-selectors'" in r for r in refused), refused
