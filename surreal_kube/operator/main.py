@@ -6,7 +6,8 @@
 It needs the `operator` extra (kopf): `pip install 'surreal-kube[operator]'`.
 
 In a pod (the Helm chart's Deployment) it uses its ServiceAccount; elsewhere the kubeconfig, as
-the CLI does. It runs standalone (one operator per set of namespaces, no peering objects).
+the CLI does. With `--leader-elect` several replicas run and the holder of a Lease reconciles
+(operator/leader.py); without it, one operator per set of namespaces.
 """
 
 from __future__ import annotations
@@ -14,7 +15,10 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import signal
+import socket
 import sys
+import threading
 from collections.abc import Sequence
 
 
@@ -72,6 +76,17 @@ def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
         "whole by Kueue or waits whole (default: none, experiments start at once)",
     )
     p.add_argument("--liveness", help="serve a liveness probe, e.g. http://0.0.0.0:8080/healthz")
+    p.add_argument(
+        "--leader-elect",
+        action="store_true",
+        help="run as one of several replicas: only the holder of the Lease "
+        "surreal-kube-operator reconciles, the others wait to take over (operator/leader.py)",
+    )
+    p.add_argument(
+        "--lease-namespace",
+        help="namespace of the Lease (default: $POD_NAMESPACE, the chart sets it to the "
+        "release's; else the first watched namespace)",
+    )
     p.add_argument(
         "--metrics",
         metavar="HOST:PORT",
@@ -187,6 +202,22 @@ def main(argv: Sequence[str] | None = None) -> int:
         kube.server,
     )
     os.environ.setdefault("PYTHONUNBUFFERED", "1")
+    election = None
+    lost = threading.Event()
+    if args.leader_elect:
+        from surreal_kube.operator.leader import LeaderElection, standby_health
+
+        lease_ns = args.lease_namespace or os.environ.get("POD_NAMESPACE") or namespaces[0]
+        identity = os.environ.get("POD_NAME") or f"{socket.gethostname()}-{os.getpid()}"
+        election = LeaderElection(kube, lease_ns, identity)
+        with standby_health(args.liveness):  # alive while it waits: kopf is not serving yet
+            election.acquire()
+
+        def on_lost() -> None:  # stop reconciling before another replica may start
+            lost.set()
+            os.kill(os.getpid(), signal.SIGTERM)
+
+        election.keep(on_lost)
     kopf.run(
         registry=registry,
         memo=memo,
@@ -195,4 +226,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         namespaces=namespaces,
         liveness_endpoint=args.liveness,
     )
+    if election is not None:
+        if lost.is_set():
+            return 1  # restarted as a standby by its Deployment
+        election.release()
     return 0

@@ -65,6 +65,15 @@ RULES: list[dict[str, Any]] = [
     {"apiGroups": ["kueue.x-k8s.io"], "resources": ["localqueues"], "verbs": ["get"]},
 ]
 
+LEASE_RULES: list[dict[str, Any]] = [
+    {
+        "apiGroups": ["coordination.k8s.io"],
+        "resources": ["leases"],
+        "verbs": ["get", "create", "patch"],
+    },
+]
+"""In the operator's own namespace only (a Role there): the leader election's Lease."""
+
 NODE_RULES: list[dict[str, Any]] = [
     {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "watch"]},
     {

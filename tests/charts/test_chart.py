@@ -31,6 +31,8 @@ def test_default_install_objects() -> None:
         "ClusterRoleBinding",
         "ConfigMap",
         "Deployment",
+        "Role",
+        "RoleBinding",
         "RoleBinding",
         "Service",
         "ServiceAccount",
@@ -59,7 +61,8 @@ def test_default_install_objects() -> None:
     assert service["spec"]["selector"] == deploy["spec"]["selector"]["matchLabels"]
     selector = deploy["spec"]["selector"]["matchLabels"]
     assert "app.kubernetes.io/version" not in selector and "helm.sh/chart" not in selector
-    (binding,) = by_kind(docs, "RoleBinding")
+    bindings = {b["metadata"]["name"]: b for b in by_kind(docs, "RoleBinding")}
+    binding = bindings["surreal-kube"]
     assert binding["metadata"]["namespace"] == "surreal-kube-system"
     assert binding["roleRef"] == {
         "apiGroup": "rbac.authorization.k8s.io",
@@ -69,9 +72,13 @@ def test_default_install_objects() -> None:
 
 
 def test_rbac_is_the_operators_own_rules() -> None:
-    roles = {r["metadata"]["name"]: r["rules"] for r in by_kind(template(), "ClusterRole")}
+    docs = template()
+    roles = {r["metadata"]["name"]: r["rules"] for r in by_kind(docs, "ClusterRole")}
     assert roles["surreal-kube"] == rbac.RULES
     assert roles["surreal-kube-nodes"] == rbac.NODE_RULES
+    (lease_role,) = by_kind(docs, "Role")  # the leader election's, in its own namespace only
+    assert lease_role["rules"] == rbac.LEASE_RULES
+    assert lease_role["metadata"]["namespace"] == "surreal-kube-system"
     no_nodes = template("--set", "rbac.readNodes=false")
     assert [r["metadata"]["name"] for r in by_kind(no_nodes, "ClusterRole")] == ["surreal-kube"]
     (deploy,) = by_kind(no_nodes, "Deployment")
@@ -80,14 +87,12 @@ def test_rbac_is_the_operators_own_rules() -> None:
 
 def test_watched_namespaces_get_a_rolebinding_each() -> None:
     docs = template("--set", "watchNamespaces={team-a,team-b}")
-    assert sorted(b["metadata"]["namespace"] for b in by_kind(docs, "RoleBinding")) == [
-        "team-a",
-        "team-b",
-    ]
+    watched = [b for b in by_kind(docs, "RoleBinding") if b["roleRef"]["kind"] == "ClusterRole"]
+    assert sorted(b["metadata"]["namespace"] for b in watched) == ["team-a", "team-b"]
     args = by_kind(docs, "Deployment")[0]["spec"]["template"]["spec"]["containers"][0]["args"]
     assert args[:2] == ["--namespace=team-a", "--namespace=team-b"]
     wide = template("--set", "clusterWide=true")
-    assert not by_kind(wide, "RoleBinding")
+    assert [b["roleRef"]["kind"] for b in by_kind(wide, "RoleBinding")] == ["Role"]  # the Lease
     assert {b["metadata"]["name"] for b in by_kind(wide, "ClusterRoleBinding")} == {
         "surreal-kube",
         "surreal-kube-nodes",
@@ -106,6 +111,7 @@ def test_create_switches_and_names() -> None:
         "serviceAccount.name=existing",
     )
     assert sorted(d["kind"] for d in none) == ["ConfigMap", "Deployment", "Service"]
+
     (deploy,) = by_kind(none, "Deployment")
     assert deploy["spec"]["template"]["spec"]["serviceAccountName"] == "existing"
     refused = helm("template", "x", str(CHART), "--set", "serviceAccount.create=false", check=False)
@@ -311,3 +317,15 @@ def test_metrics_can_be_off_or_scraped_by_a_service_monitor() -> None:
     assert monitor["spec"]["endpoints"] == [
         {"port": "metrics", "path": "/metrics", "interval": "30s"}
     ]
+
+
+def test_two_replicas_elect_a_leader() -> None:
+    (deploy,) = by_kind(template(), "Deployment")
+    assert deploy["spec"]["replicas"] == 2
+    container = deploy["spec"]["template"]["spec"]["containers"][0]
+    assert "--leader-elect" in container["args"]
+    env = {
+        e["name"]: e.get("valueFrom", {}).get("fieldRef", {}).get("fieldPath")
+        for e in container["env"]
+    }
+    assert env["POD_NAME"] == "metadata.name" and env["POD_NAMESPACE"] == "metadata.namespace"

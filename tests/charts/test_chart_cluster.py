@@ -135,7 +135,7 @@ def test_helm_install_and_the_operator_as_its_service_account(
         assert admin.get(CLUSTER_BINDING, f"{full}-nodes")["subjects"][0]["name"] == full
         assert admin.get(ROLE_BINDING, full)["roleRef"]["name"] == full
         deploy = admin.get(DEPLOY, full)
-        assert deploy["status"].get("availableReplicas") == 1  # kwok runs its pod
+        assert deploy["status"].get("availableReplicas") == 2  # kwok runs its pods
         (container,) = deploy["spec"]["template"]["spec"]["containers"]
         assert container["image"] == "surreal-kube/runtime-cpu:0.1.0-test"
         assert admin.get(EXPERIMENT, "exp-helm")["spec"]["agents"]["count"] == 2
@@ -148,6 +148,7 @@ def test_helm_install_and_the_operator_as_its_service_account(
             tmp_path,
             "--profile",
             str(profile_file(tmp_path)),
+            "--leader-elect",  # as the chart runs it: the Lease is within the role too
             kubeconfig=kubeconfig,
         ) as op:
             st = wait_for(
@@ -161,6 +162,7 @@ def test_helm_install_and_the_operator_as_its_service_account(
             assert st
             assert len(running_pods(admin, "exp-helm", "agents")) == 2
             assert "403" not in op.tail(200) and "Forbidden" not in op.tail(200), op.tail(200)
+            assert "holds lease" in op.tail(200), op.tail(200)
 
         # ... and the real API server refuses it what its role does not grant
         sa = Kube(kubeconfig=kubeconfig)

@@ -91,6 +91,13 @@ The name of the node-reading ClusterRole (and its binding): <fullname>-nodes wit
 {{- end -}}
 
 {{/*
+The leader election's Role and RoleBinding: <fullname>-leader within 63.
+*/}}
+{{- define "surreal-kube.leaderName" -}}
+{{- printf "%s-leader" (include "surreal-kube.fullname" . | trunc 56 | trimSuffix "-") -}}
+{{- end -}}
+
+{{/*
 The operator's metrics Service: <fullname>-metrics within 63.
 */}}
 {{- define "surreal-kube.metricsName" -}}

@@ -221,6 +221,8 @@ _KNOWN = (
     Resource("policy/v1", "PodDisruptionBudget", "poddisruptionbudgets"),
     Resource("networking.k8s.io/v1", "NetworkPolicy", "networkpolicies"),
     Resource("discovery.k8s.io/v1", "EndpointSlice", "endpointslices"),
+    Resource("coordination.k8s.io/v1", "Lease", "leases"),
+    Resource("scheduling.k8s.io/v1", "PriorityClass", "priorityclasses", namespaced=False),
     Resource("rbac.authorization.k8s.io/v1", "Role", "roles"),
     Resource("rbac.authorization.k8s.io/v1", "RoleBinding", "rolebindings"),
     Resource("rbac.authorization.k8s.io/v1", "ClusterRole", "clusterroles", namespaced=False),

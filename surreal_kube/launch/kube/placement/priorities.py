@@ -14,14 +14,12 @@ from __future__ import annotations
 import logging
 
 from surreal_kube.errors import SpecError
-from surreal_kube.launch.kube.api.client import ForbiddenError, Kube, Resource
+from surreal_kube.launch.kube.api.client import ForbiddenError, Kube, resource
 from surreal_kube.launch.kube.profile import ClusterProfile
 
 log = logging.getLogger(__name__)
 
-PRIORITY_CLASS = Resource(
-    "scheduling.k8s.io/v1", "PriorityClass", "priorityclasses", namespaced=False
-)
+PRIORITY_CLASS = resource("scheduling.k8s.io/v1", "PriorityClass")
 
 
 def check_priority_classes(kube: Kube, profile: ClusterProfile | None) -> None:
