@@ -41,7 +41,7 @@ from surreal_kube.launch.kube.profile import ClusterProfile, merge_profiles, obj
 from surreal_kube.launch.kube.render import custom_resource, workload
 from surreal_kube.launch.kube.status import progress as kube_progress
 from surreal_kube.operator.config import Config
-from surreal_kube.operator.status import condition, set_conditions
+from surreal_kube.operator.status import condition, condition_status, set_conditions
 
 PROFILE_TTL = 60.0
 """Seconds a discovered cluster profile (node pools) is reused when there is no node watch."""
@@ -172,7 +172,7 @@ def admitted(kube: Kube, obj: Mapping[str, Any], config: Config, plan: Plan) -> 
     the `Admitted` condition records Kueue's verdict (the status reads it: phase Queued)."""
     queue = queue_of(plan.exp, config)
     if queue is None:
-        return plan.objects
+        return learner_first(kube, obj, plan)
     name, namespace = plan.exp.metadata.name, plan.namespace
     wanted = workload.workload_object(name, queue, plan.objects, owner_of(obj))
     digest = workload.pod_sets_digest(wanted)
@@ -198,6 +198,52 @@ def admitted(kube: Kube, obj: Mapping[str, Any], config: Config, plan: Plan) -> 
         objects = [o for o in plan.objects if o["kind"] not in workload.POD_KINDS]
     set_conditions(kube, obj, [verdict])
     return objects
+
+
+LEARNER_FIRST = ("agents", "evals")
+"""Groups that start once the learner is Ready, when no queue admits the experiment whole."""
+LEARNER_READY = "LearnerReady"
+"""The condition that records it: False while they wait; True once they were started (a
+learner restarted later does not stop them again)."""
+
+
+def learner_first(kube: Kube, obj: Mapping[str, Any], plan: Plan) -> list[dict]:
+    """The plan's objects without the agents' and evals' workloads until the learner is Ready.
+
+    Without Kueue nothing admits an experiment whole, so the learner (the largest pod, maybe a
+    GPU, the last to find a node) is started first: agents that held guaranteed CPU and polled
+    for parameters while it was Pending would make an autoscaler buy CPU nodes only to wait.
+    The learner's pod is Ready once its startup probe saw the first heartbeat of its loop.
+    Workloads that exist already (an experiment started before) are never held back, nor are
+    they once the condition says they were started.
+    """
+    if condition_status(obj, LEARNER_READY) == "True":
+        return plan.objects
+    namespace = plan.namespace
+
+    def group(o: Mapping[str, Any]) -> str:
+        return str(((o.get("metadata") or {}).get("labels") or {}).get(naming.GROUP_LABEL))
+
+    workloads = [o for o in plan.objects if o["kind"] in workload.POD_KINDS]
+    held = [o for o in workloads if group(o) in LEARNER_FIRST]
+    learner = next((o for o in workloads if group(o) == "learner"), None)
+    if not held or learner is None:
+        return plan.objects
+
+    def live(o: Mapping[str, Any]) -> dict[str, Any] | None:
+        return kube.get_or_none(
+            resource(o["apiVersion"], o["kind"]), o["metadata"]["name"], namespace
+        )
+
+    running = live(learner)
+    ready = int(((running or {}).get("status") or {}).get("readyReplicas") or 0) >= 1
+    if ready or any(live(o) is not None for o in held):
+        verdict = condition(LEARNER_READY, "True", "LearnerReady", "agents and evals started")
+        set_conditions(kube, obj, [verdict])
+        return plan.objects
+    message = "agents and evals start once the learner is Ready (its first heartbeat)"
+    set_conditions(kube, obj, [condition(LEARNER_READY, "False", "WaitingForLearner", message)])
+    return [o for o in plan.objects if o not in held]
 
 
 def released(kube: Kube, obj: Mapping[str, Any], objects: list[dict]) -> list[dict]:

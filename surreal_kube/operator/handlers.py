@@ -191,6 +191,8 @@ def pod_changed(memo: kopf.Memo, type: str | None, pod: Mapping[str, Any]) -> No
     if not name:
         return
     memo.pods.observe(type, pod)
+    if type != "DELETED" and _learner_ready(pod):
+        _start_held(memo, meta["namespace"], name)
     if failure_seen(pod):
         try:
             if status.record_failure(memo.kube, meta["namespace"], name, dict(pod)):
@@ -198,6 +200,29 @@ def pod_changed(memo: kopf.Memo, type: str | None, pod: Mapping[str, Any]) -> No
         except KubeError as exc:  # its next event (at the latest its DELETED) counts it then
             log.warning("cannot count the failure of pod %s yet: %s", meta.get("name"), exc)
     memo.refresher.poke(meta["namespace"], name)
+
+
+def _learner_ready(pod: Mapping[str, Any]) -> bool:
+    labels = (pod.get("metadata") or {}).get("labels") or {}
+    if labels.get(naming.GROUP_LABEL) != "learner":
+        return False
+    conditions = (pod.get("status") or {}).get("conditions") or []
+    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
+
+
+def _start_held(memo: kopf.Memo, namespace: str, name: str) -> None:
+    """The learner is Ready: apply the experiment again if its agents and evals wait for it
+    (apply.learner_first)."""
+    try:
+        obj = memo.kube.get_or_none(EXPERIMENT, name, namespace)
+        if obj is None or obj["metadata"].get("deletionTimestamp") or status.is_failed(obj):
+            return
+        if status.condition_status(obj, apply.LEARNER_READY) != "False":
+            return
+        log.info("%s/%s: the learner is Ready; starting agents and evals", namespace, name)
+        apply.apply_experiment(memo.kube, plain(obj), memo.config)
+    except (SpecError, KubeError) as exc:  # the next learner pod event, or the resync, retries
+        log.warning("cannot start the agents of %s yet: %s", name, exc)
 
 
 def child_changed(memo: kopf.Memo, kind: str, type: str | None, obj: Mapping[str, Any]) -> None:

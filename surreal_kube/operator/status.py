@@ -258,6 +258,12 @@ def refresh(
         elif condition_status(obj, "Admitted") == "False":  # Kueue has not admitted it
             queued = next(c for c in old.get("conditions") or [] if c.get("type") == "Admitted")
             status.phase, status.reason = "Queued", queued.get("message") or "queued"
+        elif condition_status(obj, "LearnerReady") == "False" and status.phase != "Failed":
+            held = next(c for c in old.get("conditions") or [] if c.get("type") == "LearnerReady")
+            status.phase, status.reason = (
+                "Pending",
+                held.get("message") or "waiting for the learner",
+            )
         elif status.phase == "Failed":  # a learner container that cannot run (summarize)
             status.reason = (
                 f"{status.reason}; its workloads were scaled to 0, data and logs are kept"

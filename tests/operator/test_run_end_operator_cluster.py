@@ -30,6 +30,7 @@ from tests.operator.support import (
     ensure_crd,
     objects_of,
     profile_file,
+    wait_for,
 )
 
 pytestmark = pytest.mark.cluster
@@ -54,6 +55,14 @@ def test_a_finished_experiment_is_not_scaled_back_up_and_is_succeeded(
     obj = kube.apply(experiment_object(resolve_experiment(name, sets=sets), ns))
     config = Config(profile=load_profile(profile_file(tmp_path)), read_nodes=False)
     operator_apply.apply_experiment(kube, obj, config)
+    # agents and evals start once the learner is Ready (apply.learner_first): apply again then,
+    # as the operator does on the learner pod's event
+    learner = naming.object_name(name, "learner")
+    wait_for(
+        "the learner Ready",
+        lambda: (kube.get(DEPLOY, learner).get("status") or {}).get("readyReplicas"),
+    )
+    operator_apply.apply_experiment(kube, kube.get(EXPERIMENT, name), config)
     running = replicas(kube, name)
     assert running[f"{name}-agents"] == 2 and running[f"{name}-learner"] == 1
 
