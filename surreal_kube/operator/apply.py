@@ -40,6 +40,7 @@ from surreal_kube.launch.kube.plan import (
 from surreal_kube.launch.kube.profile import ClusterProfile, merge_profiles, object_profile
 from surreal_kube.launch.kube.render import custom_resource, workload
 from surreal_kube.launch.kube.status import progress as kube_progress
+from surreal_kube.launch.kube.status.summary import pod_ready
 from surreal_kube.operator.config import Config
 from surreal_kube.operator.status import condition, condition_status, set_conditions
 
@@ -235,8 +236,14 @@ def learner_first(kube: Kube, obj: Mapping[str, Any], plan: Plan) -> list[dict]:
             resource(o["apiVersion"], o["kind"]), o["metadata"]["name"], namespace
         )
 
-    running = live(learner)
-    ready = int(((running or {}).get("status") or {}).get("readyReplicas") or 0) >= 1
+    # the pods, not the Deployment's readyReplicas: its controller writes that a moment after
+    # the pod's Ready event, which is what applies again (handlers.pod_changed)
+    pods = kube.list(
+        resource("v1", "Pod"),
+        namespace,
+        labels=naming.selector_labels(plan.exp.metadata.name, group(learner)),
+    )
+    ready = any(pod_ready(p) for p in pods)
     if ready or any(live(o) is not None for o in held):
         verdict = condition(LEARNER_READY, "True", "LearnerReady", "agents and evals started")
         set_conditions(kube, obj, [verdict])

@@ -43,7 +43,7 @@ from surreal_kube.launch.kube.api.client import (
 )
 from surreal_kube.launch.kube.lifecycle.apply import NotOursError
 from surreal_kube.launch.kube.render import workload
-from surreal_kube.launch.kube.status.summary import failure_seen
+from surreal_kube.launch.kube.status.summary import failure_seen, pod_ready
 from surreal_kube.operator import apply, events, status
 from surreal_kube.operator.podwatch import SELECTOR, Watcher
 
@@ -204,10 +204,7 @@ def pod_changed(memo: kopf.Memo, type: str | None, pod: Mapping[str, Any]) -> No
 
 def _learner_ready(pod: Mapping[str, Any]) -> bool:
     labels = (pod.get("metadata") or {}).get("labels") or {}
-    if labels.get(naming.GROUP_LABEL) != "learner":
-        return False
-    conditions = (pod.get("status") or {}).get("conditions") or []
-    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
+    return labels.get(naming.GROUP_LABEL) == "learner" and pod_ready(pod)
 
 
 def _start_held(memo: kopf.Memo, namespace: str, name: str) -> None:

@@ -46,6 +46,7 @@ def test_agents_and_evals_wait_for_the_learner_then_start(
     with running_operator(
         kube_cluster, kube_namespace, tmp_path, "--profile", str(profile_file(tmp_path)),
         "--no-read-nodes",
+        "--resync", "3600",  # the learner pod's Ready event starts them, not the safety net
     ):  # fmt: skip
         kube.apply(experiment_object(big, kube_namespace))
 
