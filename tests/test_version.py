@@ -80,3 +80,22 @@ def test_the_image_lock_pins_what_the_image_runs_as_the_dev_lock_does() -> None:
         assert req.specifier.contains(image[name], prereleases=True), (str(req), image[name])
     differ = {n: (dev[n], image[n]) for n in dev.keys() & image.keys() if dev[n] != image[n]}
     assert differ == {}, "the two locks disagree (dev, image)"
+
+
+CUDA_LOCK = ROOT / "surreal_kube" / "dockerfiles" / "runtime-cuda.requirements.txt"
+CUDA_ONLY = {
+    "cuda-bindings", "cuda-pathfinder", "cuda-toolkit", "nvidia-cuda-cccl", "nvidia-cusolver",
+    "nvidia-nvjitlink", "nvidia-nvtx", "triton",
+}  # fmt: skip
+
+
+def test_the_cuda_image_lock_is_the_cpu_one_with_cudas_packages_of_the_dev_lock() -> None:
+    """Issue 24 item 4: the CUDA image installed `.[video]` unpinned. Its lock now pins the same
+    resolution as the CPU image's and the dev lock, plus the CUDA packages the CPU image drops."""
+    dev, cpu, cuda = _pins(DEV_LOCK), _pins(IMAGE_LOCK), _pins(CUDA_LOCK)
+    assert set(cuda) == set(cpu) | CUDA_ONLY
+    assert {n: cuda[n] for n in cpu} == cpu
+    assert {n: cuda[n] for n in CUDA_ONLY} == {n: dev[n] for n in CUDA_ONLY}
+    dockerfile = (ROOT / "surreal_kube" / "dockerfiles" / "runtime-cuda.Dockerfile").read_text()
+    assert "runtime-cuda.requirements.txt /src/requirements.txt" in dockerfile
+    assert "--no-deps --only-binary=:all:" in dockerfile and '"/src[video]"' not in dockerfile

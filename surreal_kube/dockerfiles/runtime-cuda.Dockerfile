@@ -18,23 +18,45 @@
 #   docker build --platform linux/amd64 -f surreal_kube/dockerfiles/runtime-cuda.Dockerfile \
 #     -t surreal-kube/runtime-cuda:dev .
 #
-# Build arguments (defaults are for real use; the offline tests override them):
+# Packages: runtime-cuda.requirements.txt pins every one (--no-deps): the closure of the
+# project's dependencies with the CUDA build of torch and all of its nvidia-* wheels, as
+# requirements/dev.lock resolved them (tests/test_version.py). Those wheels are built for CUDA 13:
+# the node's driver must be >= 580.65.06, which the learner checks at start (rl/device.py).
+#
+# Build arguments (defaults are for real use; `surreal-kube build --wheelhouse` and the offline
+# tests override them):
 #   PYTHON_IMAGE  a Debian-based image with python3.11 and its venv module
+#   WHEELS_IMAGE  an image holding the pinned wheels at its root (`surreal-kube build
+#                 --wheelhouse` makes it); `scratch` (the default): pip downloads from its index
 #   PIP_ARGS      extra `pip install` arguments
 #   VENV_ARGS     extra `python3 -m venv` arguments
+#   REQUIREMENTS  1: install runtime-cuda.requirements.txt; 0: only the project (offline tests)
 #   APT_PACKAGES  runtime libraries: EGL for MuJoCo's GPU offscreen rendering
 ARG PYTHON_IMAGE=python:3.11-slim-bookworm
+ARG WHEELS_IMAGE=scratch
 
-FROM ${PYTHON_IMAGE} AS build
+FROM ${WHEELS_IMAGE} AS wheels
+
+# The dependencies in a stage (and a final layer) of their own: a code change reuses them.
+FROM ${PYTHON_IMAGE} AS deps
 ARG PIP_ARGS=""
 ARG VENV_ARGS=""
+ARG REQUIREMENTS=1
 ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1 PYTHONDONTWRITEBYTECODE=1
 RUN python3 -m venv ${VENV_ARGS} /opt/surreal
-COPY surreal_kube /src/surreal_kube
-COPY surreal_kube/dockerfiles/package.pyproject.toml /src/pyproject.toml
-RUN /opt/surreal/bin/pip install ${PIP_ARGS} "/src[video]" && rm -rf /src
+COPY surreal_kube/dockerfiles/runtime-cuda.requirements.txt /src/requirements.txt
+RUN --mount=type=bind,from=wheels,target=/wheels \
+    set -e; \
+    if [ "${REQUIREMENTS}" = 1 ]; then \
+      index=""; \
+      if ls /wheels/*.whl >/dev/null 2>&1; then index="--no-index --find-links /wheels/"; fi; \
+      /opt/surreal/bin/pip install ${index} ${PIP_ARGS} --no-deps --only-binary=:all: \
+        -r /src/requirements.txt; \
+    fi; \
+    rm -rf /src
 
 FROM ${PYTHON_IMAGE}
+ARG PIP_ARGS=""
 ARG APT_PACKAGES="libegl1 libgl1 libglib2.0-0"
 RUN if [ -n "${APT_PACKAGES}" ]; then \
       apt-get update \
@@ -43,7 +65,12 @@ RUN if [ -n "${APT_PACKAGES}" ]; then \
     fi \
     && useradd --uid 10001 --user-group --no-create-home --home-dir /tmp \
          --shell /usr/sbin/nologin surreal
-COPY --from=build /opt/surreal /opt/surreal
+COPY --from=deps /opt/surreal /opt/surreal
+COPY surreal_kube /src/surreal_kube
+COPY surreal_kube/dockerfiles/package.pyproject.toml /src/pyproject.toml
+RUN /opt/surreal/bin/pip install --no-cache-dir --disable-pip-version-check --no-index \
+      --no-deps --no-build-isolation ${PIP_ARGS} /src \
+    && rm -rf /src
 # The pods run with a read-only root filesystem and a writable /tmp: every cache goes there.
 ENV PATH=/opt/surreal/bin:/usr/local/nvidia/bin:${PATH} \
     PYTHONUNBUFFERED=1 \
