@@ -215,9 +215,10 @@ def _operator_image(plans: list[ImagePlan], client: Any, *, push: bool) -> list[
         cpu = cpu.base  # a user project's image: the operator runs surreal-kube's own
     if cpu is None or not image_engine.exists_locally(client, cpu.reference):
         return []  # prebuilt, or only in the registry: nothing here to tag
-    tagged = replace(
-        image_engine.release_tag(cpu, client, version("surreal-kube")), status=cpu.status
-    )
+    tagged = image_engine.release_tag(cpu, client, version("surreal-kube"), info)
+    if tagged.status == "kept":  # an earlier build holds the version tag: it is not moved
+        return [tagged]
+    tagged = replace(tagged, status=cpu.status)
     if push:
         image_engine.push_one(tagged, client, info)
         tagged = replace(tagged, status="pushed")

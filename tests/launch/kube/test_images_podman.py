@@ -186,3 +186,44 @@ def test_build_failure_reports_the_engine_error(engine: Engine, tmp_path: Path) 
     plans = image_engine.plan_images(exp, client=client, keys=["cpu"])
     with pytest.raises(LaunchError, match=r"building sk-test-\w+/broken:\w+ failed"):
         image_engine.build_images(plans, client)
+
+
+def test_a_version_tag_never_moves_to_a_later_build(engine: Engine, tmp_path: Path) -> None:
+    """Issue 24 item 6: `build` re-tagged `<repo>:<appVersion>` at every build while the chart
+    pulls it IfNotPresent, so nodes kept a stale operator. The first build of a version keeps
+    the tag; a later one is named by its content hash only, and the build says how to pin it."""
+    client = image_engine.docker_client(engine.url)
+    repo = f"sk-test-{uuid.uuid4().hex[:8]}/tiny"
+    plans = []
+    for stamp in ("first", "second"):
+        folder = tmp_path / stamp
+        folder.mkdir()
+        (folder / "Dockerfile").write_text(f"FROM {BASE_IMAGE}\nRUN echo {stamp} > /stamp\n")
+        exp = resolve_experiment(
+            "exp-img",
+            sets=[
+                f"images.cpu.build.dockerfile={folder}/Dockerfile",
+                f"images.cpu.build.context=[{folder}]",
+                f"images.cpu.build.repository={repo}",
+            ],
+        )
+        (plan,) = image_engine.build_images(
+            image_engine.plan_images(exp, client=client, keys=["cpu"]), client
+        )
+        plans.append(plan)
+    said: list[str] = []
+    try:
+        first = image_engine.release_tag(plans[0], client, "9.9.9", said.append)
+        assert first.status == "built" and first.reference == f"{repo}:9.9.9"
+        again = image_engine.release_tag(plans[0], client, "9.9.9", said.append)
+        assert again.status == "built" and said == []  # the same build: nothing moves
+        later = image_engine.release_tag(plans[1], client, "9.9.9", said.append)
+        assert later.status == "kept"
+        ids = {p.reference: client.images.get(p.reference).id for p in plans}
+        assert client.images.get(f"{repo}:9.9.9").id == ids[plans[0].reference]
+        (line,) = said
+        tag = plans[1].reference.rsplit(":", 1)[1]
+        assert "version tags never move" in line and f"image.tag={tag}" in line
+    finally:
+        for ref in [*(p.reference for p in plans), f"{repo}:9.9.9"]:
+            engine.podman("rmi", "-f", ref)

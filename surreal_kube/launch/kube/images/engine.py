@@ -218,23 +218,42 @@ def push_one(plan: ImagePlan, client: Any, say: Progress) -> None:
         raise LaunchError(f"pushing {plan.reference} failed: {exc.explanation}") from exc
 
 
-def release_tag(plan: ImagePlan, client: Any, version: str) -> ImagePlan:
+def release_tag(
+    plan: ImagePlan, client: Any, version: str, progress: Progress | None = None
+) -> ImagePlan:
     """Tag a built (or present) image also as `<repository>:<version>`: the chart's default image.
 
     The Helm chart runs the operator from the CPU runtime image (it carries
-    `python -m surreal_kube.operator`) and names it by the chart's appVersion, so the image this
-    build made is the one `helm install` runs. Content-hash tags stay the pods' exact references.
+    `surreal-kube-operator`) and names it by the chart's appVersion, so the image this build made
+    is the one `helm install` runs. A version tag never moves: the chart pulls IfNotPresent, so
+    nodes that pulled `:<version>` once keep it, and a re-tag would leave them on another build
+    than the engine and the registry. When `<repository>:<version>` already names another image,
+    it is left as it is (status "kept") and `progress` says how to pin this build instead (its
+    content-hash tag, the pods' exact reference anyway).
     """
-    from docker.errors import APIError
+    from docker.errors import APIError, ImageNotFound, NotFound
 
     repository = plan.repository
+    release = f"{repository}:{version}"
+    try:
+        current = client.images.get(release).id
+    except (ImageNotFound, NotFound):
+        current = None
+    if current is not None and current != client.images.get(plan.reference).id:
+        if progress:
+            progress(
+                f"kept {release}: it names an earlier build and version tags never move (nodes "
+                f"keep what they pulled); run this build with --set image.tag="
+                f"{split_reference(plan.reference)[1]} or a new version"
+            )
+        return ImagePlan("operator", release, "kept", content_hash=plan.content_hash)
     try:
         client.api.tag(plan.reference, repository, version, force=True)
     except APIError as exc:
         raise LaunchError(
             f"tagging {plan.reference} as {version} failed: {exc.explanation}"
         ) from exc
-    return ImagePlan("operator", f"{repository}:{version}", "built", content_hash=plan.content_hash)
+    return ImagePlan("operator", release, "built", content_hash=plan.content_hash)
 
 
 def wheels_image(files: Sequence[Path], client: Any, progress: Progress | None = None) -> str:

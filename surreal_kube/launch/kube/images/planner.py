@@ -57,7 +57,7 @@ TAG_LENGTH = 16
 HASH_LABEL = "surreal.ai/content-hash"
 
 
-Status = Literal["prebuilt", "present", "missing", "built", "pushed", "loaded"]
+Status = Literal["prebuilt", "present", "missing", "built", "pushed", "loaded", "kept"]
 
 
 TRANSPORT_ARGS = frozenset({"WHEELS_IMAGE", "BASE_IMAGE"})
