@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from typing import Final, Literal, NamedTuple
+from typing import Final, Literal, NamedTuple, TypeVar
 
 from pydantic import Field, PrivateAttr, field_validator, model_validator
 
@@ -30,6 +30,23 @@ COMPONENTS = (
     "loggerplex",
     "tensorboard",
 )
+
+
+_Settings = TypeVar("_Settings", bound=Mapping[str, object])
+
+
+def known_components(value: _Settings) -> _Settings:
+    """`value` if every key names a component (settings per component: the spec's resources and
+    placement, a profile's priorityClasses), else ValueError with a suggestion."""
+    from surreal_kube.experiment.suggest import did_you_mean
+
+    for key in value:
+        if key not in COMPONENTS:
+            raise ValueError(
+                f"unknown component {key!r}{did_you_mean(key, COMPONENTS)}; "
+                f"valid: {', '.join(COMPONENTS)}"
+            )
+    return value
 
 
 class EnvSpec(SpecModel):
@@ -316,15 +333,7 @@ class ExperimentSpec(SpecModel):
     @field_validator("resources", "placement")
     @classmethod
     def _known_components(cls, value: dict[str, object]) -> dict[str, object]:
-        from surreal_kube.experiment.suggest import did_you_mean
-
-        for key in value:
-            if key not in COMPONENTS:
-                raise ValueError(
-                    f"unknown component {key!r}{did_you_mean(key, COMPONENTS)}; "
-                    f"valid: {', '.join(COMPONENTS)}"
-                )
-        return value
+        return known_components(value)
 
     @model_validator(mode="after")
     def _check(self) -> ExperimentSpec:

@@ -34,8 +34,7 @@ from surreal_kube.experiment.quantity import (
     parse_quantity,
     to_millicpu,
 )
-from surreal_kube.experiment.spec import COMPONENTS
-from surreal_kube.experiment.suggest import did_you_mean
+from surreal_kube.experiment.spec import known_components
 from surreal_kube.launch.kube.autopilot import AutopilotSettings
 from surreal_kube.schema import SpecModel
 
@@ -344,13 +343,7 @@ class ClusterProfile(SpecModel):
     @field_validator("priority_classes")
     @classmethod
     def _known_components(cls, value: dict[str, str]) -> dict[str, str]:
-        for key in value:
-            if key not in COMPONENTS:
-                raise ValueError(
-                    f"unknown component {key!r}{did_you_mean(key, COMPONENTS)}; valid: "
-                    + ", ".join(COMPONENTS)
-                )
-        return value
+        return known_components(value)
 
     @field_validator("experiment_may_override")
     @classmethod
