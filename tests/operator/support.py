@@ -34,6 +34,8 @@ TINY = [
 ]
 """Small pods: tests share the simulated nodes, and namespaces of earlier tests may still be
 terminating (their pods hold capacity until then)."""
+TINY_SETS = [a for a in TINY if a != "--set"]
+"""TINY as the `sets` of resolve_experiment."""
 PROFILE_TEXT = "experimentVolume:\n  kind: emptyDir\n"
 """The test cluster has no storage provisioner: the experiment folder is an emptyDir."""
 KINDS = [
@@ -65,6 +67,21 @@ def wait_for(
             return last
         time.sleep(every)
     raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what} (last: {last!r})")
+
+
+def tiny_experiment(
+    namespace: str, name: str, *sets: str, profile: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """An Experiment object as a user applies it with kubectl: prebuilt images (SPEC_IMAGES),
+    small pods (TINY), more `sets`, and a `spec.profile` of its author's choice."""
+    from surreal_kube.experiment.resolve import resolve_experiment
+    from surreal_kube.launch.kube.render.custom_resource import experiment_object
+
+    exp = resolve_experiment(name, sets=[*SPEC_IMAGES, *TINY_SETS, *sets])
+    obj = experiment_object(exp, namespace)
+    if profile is not None:
+        obj["spec"]["profile"] = profile
+    return obj
 
 
 def profile_file(tmp_path: Path) -> Path:

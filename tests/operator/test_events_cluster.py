@@ -11,22 +11,17 @@ from typing import Any
 
 import pytest
 
-from surreal_kube.experiment.resolve import resolve_experiment
-from surreal_kube.launch.kube.render.custom_resource import experiment_object
 from surreal_kube.operator import events
 from tests.operator.support import (
-    SPEC_IMAGES,
-    TINY,
     connect,
     ensure_crd,
     profile_file,
     running_operator,
+    tiny_experiment,
     wait_for,
 )
 
 pytestmark = pytest.mark.cluster
-
-TINY_SETS = [a for a in TINY if a != "--set"]
 
 
 @pytest.fixture
@@ -44,22 +39,13 @@ def events_of(kube: Any, name: str) -> list[dict[str, Any]]:
     )
 
 
-def an_object(kube: Any, name: str, profile: dict[str, Any] | None = None) -> dict[str, Any]:
-    obj = experiment_object(
-        resolve_experiment(name, sets=[*SPEC_IMAGES, *TINY_SETS]), kube.namespace
-    )
-    if profile is not None:
-        obj["spec"]["profile"] = profile
-    return kube.apply(obj)
-
-
 def test_phase_changes_and_refusals_are_events_of_the_experiment(
     kube_cluster: Any, kube_namespace: str, kube: Any, tmp_path: Path
 ) -> None:
     with running_operator(
         kube_cluster, kube_namespace, tmp_path, "--profile", str(profile_file(tmp_path))
     ):
-        an_object(kube, "exp-ev")
+        kube.apply(tiny_experiment(kube.namespace, "exp-ev"))
 
         def running() -> dict[str, Any] | None:
             return next((e for e in events_of(kube, "exp-ev") if e["reason"] == "Running"), None)
@@ -73,7 +59,8 @@ def test_phase_changes_and_refusals_are_events_of_the_experiment(
             == kube.get(events.EXPERIMENT, "exp-ev")["metadata"]["uid"]
         )
 
-        an_object(kube, "exp-ev-bad", {"experimentVolume": {"kind": "hostPath", "path": "/var"}})
+        hostpath = {"experimentVolume": {"kind": "hostPath", "path": "/var"}}
+        kube.apply(tiny_experiment(kube.namespace, "exp-ev-bad", profile=hostpath))
 
         def refused() -> dict[str, Any] | None:
             found = events_of(kube, "exp-ev-bad")
@@ -85,7 +72,7 @@ def test_phase_changes_and_refusals_are_events_of_the_experiment(
 
 
 def test_a_repeated_event_is_one_event_counted_up(kube: Any) -> None:
-    obj = an_object(kube, "exp-ev-count")
+    obj = kube.apply(tiny_experiment(kube.namespace, "exp-ev-count"))
     for _ in range(3):
         events.record(kube, obj, "WaitingForCapacity", "no room yet", warning=True)
     (event,) = [e for e in events_of(kube, "exp-ev-count") if e["reason"] == "WaitingForCapacity"]

@@ -11,24 +11,20 @@ from typing import Any
 
 import pytest
 
-from surreal_kube.experiment.resolve import resolve_experiment
 from surreal_kube.launch.kube.api.client import EXPERIMENT, resource
-from surreal_kube.launch.kube.render.custom_resource import experiment_object
 from tests.operator.support import (
-    SPEC_IMAGES,
-    TINY,
     connect,
     ensure_crd,
     objects_of,
     profile_file,
     running_operator,
     running_pods,
+    tiny_experiment,
     wait_for,
 )
 
 pytestmark = pytest.mark.cluster
 
-TINY_SETS = [a for a in TINY if a != "--set"]
 STS = resource("apps/v1", "StatefulSet")
 DEPLOY = resource("apps/v1", "Deployment")
 
@@ -40,15 +36,13 @@ def test_agents_and_evals_wait_for_the_learner_then_start(
     ensure_crd(kube)
     name = "exp-first"
     # a learner no node can hold (placement left to the scheduler: it stays Pending)
-    big = resolve_experiment(
-        name, sets=[*SPEC_IMAGES, *TINY_SETS, "agents.count=2", "resources.learner.cpu=500"]
-    )
+    big = tiny_experiment(kube_namespace, name, "agents.count=2", "resources.learner.cpu=500")
     with running_operator(
         kube_cluster, kube_namespace, tmp_path, "--profile", str(profile_file(tmp_path)),
         "--no-read-nodes",
         "--resync", "3600",  # the learner pod's Ready event starts them, not the safety net
     ):  # fmt: skip
-        kube.apply(experiment_object(big, kube_namespace))
+        kube.apply(big)
 
         def waiting() -> dict[str, Any] | None:
             st = kube.get(EXPERIMENT, name).get("status") or {}
@@ -64,8 +58,7 @@ def test_agents_and_evals_wait_for_the_learner_then_start(
         assert running_pods(kube, name, "agents") == []
 
         # the learner fits once it asks for less: Ready, then its agents and evals start
-        small = resolve_experiment(name, sets=[*SPEC_IMAGES, *TINY_SETS, "agents.count=2"])
-        kube.apply(experiment_object(small, kube_namespace))
+        kube.apply(tiny_experiment(kube_namespace, name, "agents.count=2"))
         wait_for(
             "the agents running", lambda: len(running_pods(kube, name, "agents")) == 2, timeout=120
         )

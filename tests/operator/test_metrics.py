@@ -15,22 +15,17 @@ from typing import Any
 import pytest
 
 from surreal_kube.experiment import progress
-from surreal_kube.experiment.resolve import resolve_experiment
-from surreal_kube.launch.kube.render.custom_resource import experiment_object
 from surreal_kube.launch.kube.status.summary import ExperimentStatus
 from surreal_kube.operator.metrics import CONTENT_TYPE, Metrics, serve
 from tests.launch.kube.reporter_support import write_progress
 from tests.operator.support import (
-    SPEC_IMAGES,
-    TINY,
     connect,
     ensure_crd,
     profile_file,
     running_operator,
+    tiny_experiment,
     wait_for,
 )
-
-TINY_SETS = [a for a in TINY if a != "--set"]
 
 
 def scrape(address: str) -> str:
@@ -94,10 +89,7 @@ def test_curl_shows_the_experiments_iteration_rising(
         kube_cluster, kube_namespace, tmp_path, "--profile", str(profile_file(tmp_path)),
         "--metrics", address,
     ):  # fmt: skip
-        obj = experiment_object(
-            resolve_experiment(name, sets=[*SPEC_IMAGES, *TINY_SETS]), kube_namespace
-        )
-        kube.apply(obj)
+        kube.apply(tiny_experiment(kube_namespace, name))
         wait_for(
             "Running in /metrics",
             lambda: scraped(address, f'surreal_experiment_phase{{{labels},phase="Running"}}') == 1,

@@ -12,14 +12,11 @@ from typing import Any
 
 import pytest
 
-from surreal_kube.experiment.resolve import resolve_experiment
 from surreal_kube.launch.kube import naming
 from surreal_kube.launch.kube.api.client import EXPERIMENT, resource
-from surreal_kube.launch.kube.render.custom_resource import experiment_object
 from tests.operator.support import (
     APPLIED_KINDS,
     IMAGE_ARGS,
-    SPEC_IMAGES,
     TINY,
     connect,
     ensure_crd,
@@ -27,13 +24,13 @@ from tests.operator.support import (
     profile_file,
     running_operator,
     sk,
+    tiny_experiment,
     wait_for,
 )
 
 pytestmark = pytest.mark.cluster
 
 CM = resource("v1", "ConfigMap")
-TINY_SETS = [a for a in TINY if a != "--set"]
 
 
 @pytest.fixture
@@ -62,12 +59,7 @@ def applied_false(kube: Any, name: str) -> dict[str, Any]:
 
 def an_object(kube: Any, name: str, profile: dict[str, Any] | None = None) -> dict[str, Any]:
     """An Experiment as kubectl would apply it, with a `spec.profile` of its author's choice."""
-    obj = experiment_object(
-        resolve_experiment(name, sets=[*SPEC_IMAGES, *TINY_SETS]), kube.namespace
-    )
-    if profile is not None:
-        obj["spec"]["profile"] = profile
-    return kube.apply(obj)
+    return kube.apply(tiny_experiment(kube.namespace, name, profile=profile))
 
 
 def test_a_host_path_experiment_is_refused_by_the_operator_and_nothing_is_made(

@@ -18,16 +18,15 @@ from surreal_kube.launch.kube.api.client import EXPERIMENT, Kube, resource
 from surreal_kube.launch.kube.placement.priorities import PRIORITY_CLASS
 from surreal_kube.launch.kube.plan import make_plan
 from surreal_kube.launch.kube.profile import profile_from_dict
-from surreal_kube.launch.kube.render.custom_resource import experiment_object
 from tests.operator.support import (
     IMAGE_ARGS,
-    SPEC_IMAGES,
     TINY,
     connect,
     ensure_crd,
     objects_of,
     running_operator,
     sk,
+    tiny_experiment,
     wait_for,
 )
 
@@ -126,10 +125,7 @@ def test_the_operator_says_which_class_is_missing_and_makes_nothing(
     ensure_crd(kube)
     prof = profile_with(tmp_path, "operator", {"learner": "no-such-class"})
     with running_operator(kube_cluster, kube_namespace, tmp_path, "--profile", str(prof)):
-        obj = experiment_object(
-            resolve_experiment("exp-prio", sets=[*SPEC_IMAGES, *TINY_SETS]), kube_namespace
-        )
-        kube.apply(obj)
+        kube.apply(tiny_experiment(kube_namespace, "exp-prio"))
 
         def refused() -> str | None:
             status = (kube.get_or_none(EXPERIMENT, "exp-prio") or {}).get("status") or {}
