@@ -19,6 +19,7 @@ from surreal_kube.experiment.quantity import parse_cpu, parse_memory
 from surreal_kube.experiment.resolve import resolve_experiment
 from surreal_kube.launch.kube.autopilot import (
     ACCELERATOR_LABEL,
+    ALLOWED_SELECTOR_KEYS,
     COMPUTE_CLASS_LABEL,
     COMPUTE_CLASSES,
     GIB,
@@ -102,6 +103,14 @@ def test_every_container_is_what_autopilot_admits_unchanged(compute_class: str |
         assert total <= 10 * GIB
 
 
+def test_a_pod_below_autopilots_minimum_is_raised_to_it() -> None:
+    """Autopilot raises a pod below 50m CPU / 52Mi silently; the render asks for it at once."""
+    pods = autopilot_render("resources.agent.cpu=10m", "resources.agent.memory=16Mi")
+    (agent,) = pods["exp-ap-agents"]["containers"]
+    assert agent["resources"]["requests"]["cpu"] == "50m"
+    assert parse_memory(agent["resources"]["requests"]["memory"]) == 52 * MIB
+
+
 def test_within_ratio_raises_the_smaller_side_as_autopilot_does() -> None:
     general = COMPUTE_CLASSES["general-purpose"]
     assert within_ratio(1000, 256 * MIB, general) == (1000, GIB)  # too little memory
@@ -123,6 +132,8 @@ def test_spot_pods_are_agents_and_evals_that_keep_no_state() -> None:
         }
     )
     specs = pod_specs(make_plan(exp, "rl", profile=profile, images={"cpu": "c"}).objects)
+    for name, spec in specs.items():  # only the labels Autopilot lets a pod select
+        assert set(spec.get("nodeSelector") or {}) <= set(ALLOWED_SELECTOR_KEYS), name
     for name in ("exp-ap-agents", "exp-ap-evals"):
         assert specs[name]["nodeSelector"] == {SPOT_LABEL: "true"}
         assert any(t["key"] == SPOT_LABEL for t in specs[name]["tolerations"])
@@ -158,6 +169,7 @@ def cli(*args: str) -> subprocess.CompletedProcess[str]:
         ({"autopilot": {"spot": ["learner"]}}, [], "may not run on Spot Pods"),
         ({"autopilot": {"computeClass": "Huge"}}, [], "compute class 'Huge'"),
         ({"autopilot": {}}, ["resources.learner.cpu=40"], "above what its general-purpose"),
+        ({"autopilot": {}}, ["replay.shards=40"], "ephemeral storage"),
     ],
 )
 def test_bad_autopilot_input_is_one_line_exit_2(

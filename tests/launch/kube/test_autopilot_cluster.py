@@ -23,6 +23,7 @@ from surreal_kube.launch.kube.autopilot import AUTOPILOT_API_GROUP
 from surreal_kube.launch.kube.placement.pools import effective_profile, serves_autopilot
 from surreal_kube.launch.kube.plan import make_plan
 from surreal_kube.launch.kube.profile import profile_from_dict
+from tests.operator.support import TINY
 
 pytestmark = pytest.mark.cluster
 
@@ -102,6 +103,7 @@ MATRIX = {
         {"computeClass": "Scale-Out", "spot": ["agent"]},
     ),
     "Balanced, 12Gi replay": (("resources.replay.memory=12Gi",), {"computeClass": "Balanced"}),
+    "pods below the minimum": (tuple(a for a in TINY if a != "--set"), {}),
 }
 
 
@@ -246,9 +248,17 @@ def test_pre_flight_recognises_autopilot_by_its_api_group(kube_cluster: Any) -> 
 
 def test_what_was_rendered_before_for_gke_is_refused_on_autopilot(autopilot: Kube) -> None:
     """The defect: pools as discovered on GKE become `cloud.google.com/gke-nodepool` selectors,
-    which Autopilot's admission rejects; the same experiment rendered for Autopilot is admitted."""
+    which Autopilot's admission rejects. Each rule is checked in no fixed order, so the render
+    is given the ephemeral storage Autopilot would default, leaving the pool selector the only
+    rule it breaks; the same experiment rendered for Autopilot is admitted (the matrix)."""
     pools = yaml.safe_load((ROOT / "tests/cluster/kwok/pools.yaml").read_text())
-    exp = resolve_experiment("exp-ap", sets=["resources.learner.gpu=1"])
-    standard = make_plan(exp, "default", profile=profile_from_dict(pools), images=IMAGES)
-    refused = [refusal(autopilot, w) for w in workloads(standard.objects)]
-    assert all(r and "'surreal-autopilot-node-selectors'" in r for r in refused), refused
+    exp = resolve_experiment("exp-ap")
+    standard = workloads(
+        make_plan(exp, "default", profile=profile_from_dict(pools), images=IMAGES).objects
+    )
+    for workload in standard:
+        for c in workload["spec"]["template"]["spec"]["containers"]:
+            for part in ("requests", "limits"):
+                c["resources"][part]["ephemeral-storage"] = "1Gi"
+        refused = refusal(autopilot, workload)
+        assert refused and "'surreal-autopilot-node-selectors'" in refused, refused

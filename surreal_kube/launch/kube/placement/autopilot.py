@@ -25,9 +25,13 @@ from surreal_kube.launch.kube.autopilot import (
     ACCELERATOR_LABEL,
     COMPUTE_CLASS_LABEL,
     COMPUTE_CLASSES,
+    MAX_POD_EPHEMERAL,
+    POD_MIN_MEMORY,
+    POD_MIN_MILLICPU,
     SPOT_LABEL,
     SPOT_TOLERATION,
     AutopilotSettings,
+    container_ephemeral,
     within_ratio,
 )
 from surreal_kube.launch.kube.placement.place import (
@@ -69,6 +73,15 @@ def place_autopilot(
         # the learner's followers share its node: its compute class, or none on a GPU node
         compute_class = None if follows_gpu else settings.compute_class
         shape = autopilot_shape(exp, group.component, settings, compute_class)
+        containers = 1 if group.replicated else len(group.processes)
+        ephemeral = sum(container_ephemeral(i) for i in range(containers))
+        if ephemeral > MAX_POD_EPHEMERAL:
+            raise SpecError(
+                f"{group.name}: {containers} containers in one pod ask for "
+                f"{format_memory(ephemeral)} of ephemeral storage (their logs and /tmp), above "
+                f"the {format_memory(MAX_POD_EPHEMERAL)} Autopilot admits per pod; ask for "
+                "fewer shards (replay.shards, ps.shards)"
+            )
         selector: dict[str, str] = {}
         tolerations: list[dict[str, str]] = []
         if shape.gpus:
@@ -91,7 +104,8 @@ def autopilot_shape(
     exp: Experiment, component: str, settings: AutopilotSettings, compute_class: str | None
 ) -> PodShape:
     """One pod of `component` as Autopilot admits it unchanged in `compute_class` (None: the
-    general-purpose default); SpecError above the class's maximum."""
+    general-purpose default): raised to the minimum and into the ratio, as Autopilot would
+    raise it; SpecError above the class's maximum."""
     shape = pod_shape(exp, component)
     where = f"spec.resources.{component}"
     if shape.gpus:
@@ -104,7 +118,9 @@ def autopilot_shape(
         return shape  # the GPU model's machine bounds it; no ratio is enforced
     name = compute_class or "general-purpose"
     limits = COMPUTE_CLASSES[name]
-    millicpu, memory = within_ratio(shape.millicpu, shape.memory, limits)
+    millicpu, memory = within_ratio(
+        max(shape.millicpu, POD_MIN_MILLICPU), max(shape.memory, POD_MIN_MEMORY), limits
+    )
     if millicpu > limits.max_millicpu or memory > limits.max_memory:
         raise SpecError(
             f"{where}: cpu {format_cpu(millicpu)}, memory {format_memory(memory)} per pod (in "
