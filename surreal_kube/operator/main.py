@@ -89,12 +89,23 @@ def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
     )
     p.add_argument(
         "--metrics",
+        type=metrics_address,
         metavar="HOST:PORT",
         help="serve Prometheus metrics at http://HOST:PORT/metrics, e.g. 0.0.0.0:8081 (the "
         "Helm chart's default); unset: none",
     )
     p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     return p.parse_args(argv)
+
+
+def metrics_address(text: str) -> str:
+    """`HOST:PORT` for --metrics (argparse says what is wrong, exit 2, before anything starts)."""
+    _, sep, port = text.rpartition(":")
+    if not sep or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not HOST:PORT (a port 0-65535), e.g. 0.0.0.0:8081 or 127.0.0.1:9090"
+        )
+    return text
 
 
 def parse_images(pairs: Sequence[str]) -> dict[str, str]:
@@ -174,7 +185,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.metrics:
         from surreal_kube.operator.metrics import serve
 
-        server = serve(config.metrics, args.metrics)
+        try:
+            server = serve(config.metrics, args.metrics)
+        except OSError as exc:  # taken, or no such address here: nothing has started yet
+            print(f"error: --metrics {args.metrics}: cannot listen there: {exc}", file=sys.stderr)
+            return 2
         logging.getLogger("surreal_kube.operator").info(
             "metrics at http://%s:%d/metrics", *server.server_address[:2]
         )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 import subprocess
 import sys
 
@@ -33,3 +34,37 @@ def test_the_console_script_is_the_operator() -> None:
         timeout=60,
     )
     assert done.returncode == 0 and done.stdout.startswith("usage: surreal-kube-operator")
+
+
+KUBECONFIG = """apiVersion: v1
+kind: Config
+clusters: [{name: c, cluster: {server: "https://127.0.0.1:1"}}]
+users: [{name: u, user: {token: t}}]
+contexts: [{name: x, context: {cluster: c, user: u, namespace: team-a}}]
+current-context: x
+"""
+
+
+def operator(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "surreal_kube.operator", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def test_a_bad_metrics_address_is_one_line_exit_2_before_anything_starts(tmp_path) -> None:
+    done = operator("--metrics", "8081")
+    assert done.returncode == 2
+    assert "'8081' is not HOST:PORT" in done.stderr.strip().splitlines()[-1]
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(KUBECONFIG)
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        address = f"127.0.0.1:{taken.getsockname()[1]}"
+        done = operator("--kubeconfig", str(kubeconfig), "--metrics", address)
+    assert done.returncode == 2, done.stderr
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith(f"error: --metrics {address}: cannot listen there"), done.stderr
