@@ -152,6 +152,61 @@ def test_load_imports_under_the_kubelets_name_once_and_tags_the_rest(
                 containerd.run("images", "rm", name)
 
 
+def test_a_kept_version_tag_reaches_a_node_that_lacks_it_and_never_moves(
+    engine: Engine, containerd: Containerd, tmp_path: Path
+) -> None:
+    """A later build leaves `<repo>:<version>` on the first (status "kept"); `--load` still puts
+    that tag into a node without it (the chart's operator image), and leaves a node's copy as is.
+    Before, a kept tag was not loaded at all: the CI node had no operator image."""
+    repo = f"sk-test-{uuid.uuid4().hex[:8]}/tiny"
+    client = image_engine.docker_client(engine.url)
+    built = []
+    try:
+        for n in range(2):
+            folder = tmp_path / str(n)
+            folder.mkdir()
+            (folder / "Dockerfile").write_text(
+                f"FROM {BASE_IMAGE}\nRUN echo {uuid.uuid4().hex} > /stamp\n"
+            )
+            exp = resolve_experiment(
+                "exp-img",
+                sets=[
+                    f"images.cpu.build.dockerfile={folder}/Dockerfile",
+                    f"images.cpu.build.context=[{folder}]",
+                    f"images.cpu.build.repository={repo}",
+                ],
+            )
+            (plan,) = image_engine.build_images(
+                image_engine.plan_images(exp, client=client, keys=["cpu"]), client
+            )
+            built.append(plan)
+        first = image_engine.release_tag(built[0], client, "9.9.9")
+        kept = image_engine.release_tag(built[1], client, "9.9.9")
+        assert (first.status, kept.status) == ("built", "kept")
+        assert client.images.get(kept.reference).id == client.images.get(built[0].reference).id
+
+        said: list[str] = []
+        (loaded,) = image_load.load_into_containerd(
+            [kept], client, address=containerd.socket, ctr=containerd.ctr, progress=said.append
+        )
+        full = f"docker.io/{repo}:9.9.9"
+        assert loaded.status == "loaded" and full in containerd.names(), said
+
+        said.clear()
+        (again,) = image_load.load_into_containerd(
+            [kept], client, address=containerd.socket, ctr=containerd.ctr, progress=said.append
+        )
+        assert again.status == "kept"
+        assert said == [f"{full} is in containerd already (a version tag: kept as it is)"]
+    finally:
+        listed = engine.podman("images", "-q", "--filter", f"reference=*{repo}*")
+        for image_id in set(listed.stdout.split()):
+            engine.podman("rmi", "-f", image_id)
+        for name in containerd.names():
+            if repo in name:
+                containerd.run("images", "rm", name)
+
+
 def test_a_broken_import_is_reported(engine: Engine, containerd: Containerd) -> None:
     from surreal_kube.errors import LaunchError
 

@@ -30,7 +30,7 @@ def load_into_kind(
         raise LaunchError("loading images into kind needs the `kind` command on PATH")
     out = []
     for plan in plans:
-        if plan.status in ("built", "present"):
+        if plan.status in ("built", "present", "kept"):  # kind skips an image already there
             say(f"loading {plan.reference} into kind cluster {cluster}")
             done = subprocess.run(
                 [kind, "load", "docker-image", plan.reference, "--name", cluster],
@@ -102,10 +102,15 @@ def load_into_containerd(
     sent: dict[str, str] = {}  # engine image id -> the name it was imported as
     out = []
     for plan in plans:
-        if plan.status not in ("built", "present"):
+        if plan.status not in ("built", "present", "kept"):
             out.append(plan)
             continue
         full = normalized(plan.reference)
+        if plan.status == "kept" and full in have:
+            # a version tag never moves: the node keeps the build it holds under it
+            say(f"{full} is in containerd already (a version tag: kept as it is)")
+            out.append(plan)
+            continue
         image_id = client.images.get(plan.reference).id
         exact = plan.content_hash is not None and plan.tag == plan.content_hash[:TAG_LENGTH]
         if image_id in sent:  # the same image under another name: a tag, not a second copy
