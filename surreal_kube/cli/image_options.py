@@ -8,6 +8,7 @@ imported when images are resolved.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Annotated, Any
 
 import typer
@@ -37,20 +38,31 @@ def parse_images(pairs: list[str] | None) -> dict[str, str]:
     return out
 
 
+def registry_of(profile: object, context: str | None, kubeconfig: Path | None) -> str:
+    """The registry a verb names images in: the profile's, else $SURREAL_KUBE_REGISTRY, else
+    the settings file's for the verb's kube context (`surreal-kube registry`). "" when there is
+    none: resolved, so the planner does not look again (for the current context)."""
+    from surreal_kube.launch.kube.settings import registry_for
+
+    return getattr(profile, "registry", None) or registry_for(context, kubeconfig) or ""
+
+
 def image_chooser(
-    profile: object, chosen: dict[str, str], *, build: bool, push: bool, check: bool
+    registry: str | None, chosen: dict[str, str], *, build: bool, push: bool, check: bool
 ) -> Any:
     """The image stage of the CLI's plan: `resolve_images` for the keys the plan runs."""
 
     def choose(exp: Any, keys: list[str]) -> dict[str, str]:
-        return resolve_images(exp, profile, chosen, build=build, push=push, check=check, used=keys)
+        return resolve_images(
+            exp, registry, chosen, build=build, push=push, check=check, used=keys
+        )
 
     return choose
 
 
 def resolve_images(
     exp: Any,
-    profile: object,
+    registry: str | None,
     chosen: dict[str, str],
     *,
     build: bool,
@@ -61,8 +73,9 @@ def resolve_images(
     """Exact image references for the images the experiment runs (pre-flight: they exist).
 
     `--image key=REF` wins; prebuilt images are used as they are; builds get their content-hash
-    tag, built with --build, else checked in the engine (or the registry with a profile registry)
-    when one is reachable. used: the keys the experiment runs, when its plan knows them already.
+    tag, built with --build, else checked where the cluster will pull them: in `registry`
+    (`registry_of`; "" for none) when there is one, else in this engine, whose images reach the
+    nodes by `build --load`. used: the keys the experiment runs, when its plan knows them.
     """
     from surreal_kube.launch.kube.images import engine, planner, wheelhouse
 
@@ -77,7 +90,6 @@ def resolve_images(
             f"--image {unknown[0]}=...: no such key in spec.images "
             f"(keys: {', '.join(sorted(exp.spec.images))})"
         )
-    registry = getattr(profile, "registry", None)
     refs = dict(chosen)
     if not keys:
         return refs
@@ -86,6 +98,13 @@ def resolve_images(
         return refs | planner.references(offline)
     if not (build or check):
         return refs | planner.references(offline)
+    if registry and build and not push:
+        raise SpecError(
+            f"--build names images in registry {registry}, where the cluster pulls them: add "
+            "--push, or build without a registry and load the images into the nodes"
+        )
+    if registry and not build:
+        return refs | in_registry(exp, offline)
     try:
         client = engine.docker_client()
     except LaunchError as exc:
@@ -106,3 +125,24 @@ def resolve_images(
             f"build it with `surreal-kube build {exp.metadata.name}` or add --build"
         )
     return refs | planner.references(plans)
+
+
+def in_registry(exp: Any, plans: list[Any]) -> dict[str, str]:
+    """The references of `plans`, each built one asked for in its registry, where the cluster
+    pulls it (not in this engine, which the cluster never sees); LaunchError if it is missing."""
+    from surreal_kube.launch.kube.images import planner
+    from surreal_kube.launch.kube.images.remote import manifest_exists
+
+    for plan in plans:
+        if plan.status == "prebuilt":
+            continue
+        answer = manifest_exists(plan.reference)
+        if answer.status == "missing":
+            raise LaunchError(
+                f"image {plan.reference} (spec.images.{plan.key}) is not in its registry, "
+                f"where the cluster pulls it: `surreal-kube build {exp.metadata.name} --push` "
+                "builds and pushes it, or add --build --push"
+            )
+        if answer.status == "unknown":
+            info(f"warning: {plan.reference} not checked in its registry: {answer.reason}")
+    return planner.references(plans)

@@ -29,6 +29,7 @@ from surreal_kube.cli.verbs import (
     create,
     delete,
     logs,
+    registry,
     render,
     results,
     scale,
@@ -99,6 +100,9 @@ app.command(short_help="Print the experiment's Kubernetes objects (no cluster ne
     render.render
 )
 app.command(short_help="Build (and push) the images the experiment runs.")(build.build)
+app.command(short_help="Set where images are pushed and pulled from, per kube context.")(
+    registry.registry
+)
 app.command("list", short_help="List experiments (--local: on this machine).")(list_verb.list_)
 app.command(short_help="Show an experiment's processes and progress.")(status.status)
 app.command(short_help="Print the log of one process.")(logs.logs)

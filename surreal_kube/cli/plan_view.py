@@ -34,11 +34,13 @@ def planned(
     *,
     profile: Any,
     images: dict[str, str],
+    registry: str | None,
 ) -> Any:
     """The plan `create` would apply (`launch/kube/plan.py`), without a cluster.
 
     `render` and `create --dry-run=client` both print its objects, so they never differ, and
-    they are the objects the operator renders for the same spec and profile.
+    they are the objects the operator renders for the same spec and profile. registry: where
+    built images are named (`image_options.registry_of`).
     """
     from surreal_kube.launch.kube.plan import make_plan
 
@@ -47,5 +49,5 @@ def planned(
         exp,
         ns,
         profile=profile,
-        images=image_chooser(profile, images, build=False, push=False, check=False),
+        images=image_chooser(registry, images, build=False, push=False, check=False),
     )

@@ -14,7 +14,7 @@ import typer
 
 from surreal_kube.cli import kube_view as kv
 from surreal_kube.cli import spec_options as so
-from surreal_kube.cli.image_options import Images, image_chooser, parse_images
+from surreal_kube.cli.image_options import Images, image_chooser, parse_images, registry_of
 from surreal_kube.cli.output import err, info, out, result
 from surreal_kube.cli.plan_view import planned, print_objects
 from surreal_kube.errors import LaunchError, SpecError
@@ -331,12 +331,14 @@ def run_kube(
     from surreal_kube.launch.kube.render.objects import dump_objects
 
     prof = load_profile(profile) if profile is not None else None
+    registry = registry_of(prof, where.context, where.kubeconfig)
     if dry_run == "client":
-        print_objects(planned(exp, where.namespace, profile=prof, images=images).objects, None)
+        objects = planned(exp, where.namespace, profile=prof, images=images, registry=registry)
+        print_objects(objects.objects, None)
         return
     kube = kv.connect(where, exp.metadata.name, creating=True)
     kube.raw("GET", "/version", what="reach the API server")  # unreachable: say so first
-    chooser = image_chooser(prof, images, build=build, push=push, check=preflight)
+    chooser = image_chooser(registry, images, build=build, push=push, check=preflight)
     plan = creating.plan_create(
         kube, exp, profile=prof, preflight=preflight, images=chooser, direct=direct
     )

@@ -9,7 +9,7 @@ import typer
 
 from surreal_kube.cli import kube_view as kv
 from surreal_kube.cli import spec_options as so
-from surreal_kube.cli.image_options import Images, parse_images
+from surreal_kube.cli.image_options import Images, parse_images, registry_of
 from surreal_kube.cli.output import Output
 from surreal_kube.cli.plan_view import planned, print_objects
 from surreal_kube.errors import LaunchError
@@ -37,7 +37,8 @@ Context = Annotated[
     typer.Option(
         "--context",
         metavar="CONTEXT",
-        help="Kubeconfig context for --discover.",
+        help="Kubeconfig context for --discover, and whose registry names built images "
+        "(`surreal-kube registry`; default: the current one).",
         show_default=False,
     ),
 ]
@@ -109,5 +110,6 @@ def render(
     )
     chosen = parse_images(images)
     cluster = cluster_profile(profile, discover, context)
-    plan = planned(exp, namespace, profile=cluster, images=chosen)
+    registry = registry_of(cluster, context, None)
+    plan = planned(exp, namespace, profile=cluster, images=chosen, registry=registry)
     print_objects(plan.objects, output)

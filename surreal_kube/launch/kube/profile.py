@@ -36,6 +36,7 @@ from surreal_kube.experiment.quantity import (
 )
 from surreal_kube.experiment.spec import known_components
 from surreal_kube.launch.kube.autopilot import AutopilotSettings
+from surreal_kube.launch.kube.settings import check_registry
 from surreal_kube.schema import SpecModel
 
 GPU_RESOURCE = "nvidia.com/gpu"
@@ -344,6 +345,16 @@ class ClusterProfile(SpecModel):
     @classmethod
     def _known_components(cls, value: dict[str, str]) -> dict[str, str]:
         return known_components(value)
+
+    @field_validator("registry")
+    @classmethod
+    def _a_registry(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        try:
+            return check_registry(value, "registry")
+        except SpecError as exc:
+            raise ValueError(str(exc).removeprefix("registry: ")) from None
 
     @field_validator("experiment_may_override")
     @classmethod

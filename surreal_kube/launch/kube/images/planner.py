@@ -19,7 +19,8 @@ platform, so `build`, `render` and `create` run in the same folder agree on it w
 
 One place for what every verb must agree on: the platform (`default_platform`: linux/amd64, or
 $SURREAL_KUBE_PLATFORM; part of every tag) and the registry (the profile's `registry`, else
-$SURREAL_KUBE_REGISTRY: `default_registry`), read here by `build`, `render` and `create` alike.
+$SURREAL_KUBE_REGISTRY, else the settings file's for the kube context: `default_registry`), read
+here by `build`, `render` and `create` alike.
 
     plans = plan_images(exp, client=docker_client())        # what exists, what is missing
     build_images(plans, client, push=True)                  # build (and push) the missing ones
@@ -164,9 +165,12 @@ def check_platform(platform: str) -> str:
     return platform
 
 
-def default_registry() -> str | None:
-    """$SURREAL_KUBE_REGISTRY, when no profile names a registry: one setting for every verb."""
-    return os.environ.get("SURREAL_KUBE_REGISTRY") or None
+def default_registry(context: str | None = None) -> str | None:
+    """The registry when no profile names one: $SURREAL_KUBE_REGISTRY, else the settings file's
+    for the kube context (None: the current one), set once by `surreal-kube registry`."""
+    from surreal_kube.launch.kube.settings import registry_for
+
+    return registry_for(context)
 
 
 def declared_args(dockerfile: Path) -> set[str]:
