@@ -5,7 +5,8 @@
 #   tests/cluster/build-addons.sh --bin-dir NAME     print NAME's bin directory (exit 1 if incomplete)
 #
 # NAME is one of: karpenter (the node autoscaler, with its kwok cloud provider), kueue (Kueue's
-# manager), kube-router (its NetworkPolicy controller, for the real node); none means all.
+# manager), kube-router (its NetworkPolicy controller, for the real node), registry (a loopback
+# OCI registry: go-containerregistry's pkg/registry); none means all.
 # Each goes to its own ~/.cache/surreal-kube/addons/<name>-<version>_<hash>/bin (override the root
 # with SURREAL_KUBE_ADDONS_CACHE), where the hash covers its Go module files and link flags, so a
 # change of pin never reuses a stale binary. Only stdout's lines are bin directories, one per
@@ -15,7 +16,8 @@ set -euo pipefail
 KARPENTER_VERSION=v1.13.0      # go/karpenter: sigs.k8s.io/karpenter/kwok
 KUEUE_VERSION=v0.17.0          # go/kueue: sigs.k8s.io/kueue/cmd/kueue
 KUBE_ROUTER_VERSION=v2.1.0     # go/netpol: github.com/cloudnativelabs/kube-router/v2/cmd/kube-router
-ALL=(karpenter kueue kube-router)
+GGCR_VERSION=v0.22.1           # go/registry: our main on github.com/google/go-containerregistry
+ALL=(karpenter kueue kube-router registry)
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 cache_root=${SURREAL_KUBE_ADDONS_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/surreal-kube/addons}
@@ -35,6 +37,10 @@ module[kube-router]=netpol
 version[kube-router]=$KUBE_ROUTER_VERSION
 package[kube-router]=github.com/cloudnativelabs/kube-router/v2/cmd/kube-router
 ldflags[kube-router]="-s -w -X github.com/cloudnativelabs/kube-router/v2/pkg/version.Version=$KUBE_ROUTER_VERSION"
+module[registry]=registry
+version[registry]=$GGCR_VERSION
+package[registry]=.
+ldflags[registry]="-s -w"
 # name -> its Go module and the CRD folders in it (copied into bin/crds, where the tests read them)
 declare -A modpath crds
 modpath[karpenter]=sigs.k8s.io/karpenter
@@ -43,6 +49,8 @@ modpath[kueue]=sigs.k8s.io/kueue
 crds[kueue]="config/components/crd/bases"
 modpath[kube-router]=github.com/cloudnativelabs/kube-router/v2
 crds[kube-router]=""
+modpath[registry]=github.com/google/go-containerregistry
+crds[registry]=""
 # name -> other files of its Go module copied beside the binary, as SRC:DEST (DEST under bin).
 # Not part of the hash: they never change what is compiled, and a complete bin directory that
 # lacks one gets it from the module cache without a rebuild (`build-addons.sh NAME`).

@@ -6,7 +6,8 @@
 #   make cluster-down   stop it, leaving no process, port, mount or network namespace behind
 #   make cluster-env    print `export KUBECONFIG=... PATH=...` for: eval "$(make -s cluster-env)"
 #   make cluster-addons build the add-ons (Karpenter's kwok autoscaler, Kueue, kube-router's
-#                       NetworkPolicy firewall) into ~/.cache/surreal-kube/addons (or reuse)
+#                       NetworkPolicy firewall, a loopback OCI registry) into
+#                       ~/.cache/surreal-kube/addons (or reuse)
 
 PYTHON ?= .venv/bin/python
 CLUSTER_DIR := tests/cluster
@@ -25,7 +26,7 @@ node: controlplane
 
 # After the control plane (the Go toolchain it may have fetched), one add-on at a time.
 cluster-addons: controlplane
-	@bash $(CLUSTER_DIR)/build-addons.sh karpenter kube-router kueue >/dev/null
+	@bash $(CLUSTER_DIR)/build-addons.sh karpenter kube-router kueue registry >/dev/null
 
 # $(STAMP) is the main Makefile's "venv installed" file, when it defines one.
 cluster-up: controlplane node $(STAMP)

@@ -68,15 +68,12 @@ def exists_locally(client: Any, reference: str) -> bool:
     return True
 
 
-def exists_in_registry(client: Any, reference: str) -> bool:
-    """True if the registry of `reference` serves it (asked through the engine)."""
-    from docker.errors import APIError, NotFound
+def exists_in_registry(reference: str) -> bool:
+    """True if the registry of `reference` serves it (asked as a kubelet pulls: `remote`);
+    an unknown answer is False, so that a push is never skipped on a guess."""
+    from surreal_kube.launch.kube.images.remote import manifest_exists
 
-    try:
-        client.images.get_registry_data(reference)
-    except (NotFound, APIError):
-        return False
-    return True
+    return manifest_exists(reference).status == "present"
 
 
 def plan_images(
@@ -114,7 +111,7 @@ def plan_images(
             plan = replace(plan, base=replace(plan.base, status="present"))
         if plan.status == "missing":
             have = (
-                exists_in_registry(client, plan.reference)
+                exists_in_registry(plan.reference)
                 if push
                 else exists_locally(client, plan.reference)
             )
