@@ -38,9 +38,14 @@ def helm(
 
 
 def template(
-    *args: str, namespace: str = "surreal-kube-system", release: str = "surreal-kube"
+    *args: str,
+    namespace: str = "surreal-kube-system",
+    release: str = "surreal-kube",
+    tests: bool = False,
 ) -> list[dict[str, Any]]:
-    out = helm("template", release, str(CHART), "--namespace", namespace, *args).stdout
+    """The chart's objects as `helm install` creates them; with `tests`, also `helm test`'s."""
+    skip = () if tests else ("--skip-tests",)
+    out = helm("template", release, str(CHART), "--namespace", namespace, *skip, *args).stdout
     return [d for d in yaml.safe_load_all(out) if d]
 
 

@@ -215,7 +215,7 @@ def test_operators_manifests_are_the_chart_rendered() -> None:
     text = (ROOT / "operators" / "operator.yaml").read_text()
     body = text[text.index("---") :]
     rendered = helm(
-        "template", "surreal-kube", str(CHART), "--namespace", "surreal-kube-system"
+        "template", "surreal-kube", str(CHART), "--namespace", "surreal-kube-system", "--skip-tests"
     ).stdout
     assert body == rendered, "regenerate operators/operator.yaml (see its header)"
 
@@ -329,3 +329,75 @@ def test_two_replicas_elect_a_leader() -> None:
         for e in container["env"]
     }
     assert env["POD_NAME"] == "metadata.name" and env["POD_NAMESPACE"] == "metadata.namespace"
+
+
+def _test_hooks(*args: str) -> list[dict]:
+    return [
+        d
+        for d in template(*args, tests=True)
+        if (d["metadata"].get("annotations") or {}).get("helm.sh/hook") == "test"
+    ]
+
+
+def test_helm_test_runs_a_tiny_experiment_with_rights_to_experiments_only() -> None:
+    from surreal_kube.operator import smoke
+
+    hooks = _test_hooks()
+    assert sorted(d["kind"] for d in hooks) == ["Pod", "Role", "RoleBinding", "ServiceAccount"]
+    for doc in hooks:
+        assert doc["metadata"]["namespace"] == "surreal-kube-system"
+        assert doc["metadata"]["labels"]["app.kubernetes.io/component"] == "helm-test"
+        # passed or failed, the test leaves nothing (Helm deletes the RBAC hooks that
+        # succeeded when a later hook fails); its log is printed first
+        policy = doc["metadata"]["annotations"]["helm.sh/hook-delete-policy"].split(",")
+        assert {"before-hook-creation", "hook-succeeded"} <= set(policy)
+        if doc["kind"] == "Pod":
+            assert "hook-failed" in policy
+            logs = doc["metadata"]["annotations"]["helm.sh/hook-output-log-policy"]
+            assert set(logs.split(",")) == {"hook-succeeded", "hook-failed"}
+    (role,) = by_kind(hooks, "Role")
+    assert role["rules"] == [
+        {"apiGroups": ["surreal.ai"], "resources": ["experiments"],
+         "verbs": ["get", "create", "delete"]}
+    ]  # fmt: skip
+    (pod,) = by_kind(hooks, "Pod")
+    assert pod["spec"]["serviceAccountName"] == role["metadata"]["name"]
+    assert pod["spec"]["restartPolicy"] == "Never"
+    (container,) = pod["spec"]["containers"]
+    # the operator's image: what experiments of `config -o yaml` run on by default
+    (deploy,) = by_kind(template(), "Deployment")
+    assert container["image"] == deploy["spec"]["template"]["spec"]["containers"][0]["image"]
+    assert container["command"] == ["python", "-m", "surreal_kube.operator.smoke"]
+    # the metrics Service selects the operator's pods, never the test's
+    (service,) = by_kind(template(), "Service")
+    labels = pod["metadata"]["labels"]
+    assert not all(labels.get(k) == v for k, v in service["spec"]["selector"].items())
+    # the arguments the chart renders are ones the smoke accepts, and make a valid Experiment
+    args = smoke.parse(container["args"])
+    obj = smoke.smoke_object(
+        args.name, args.namespace, release=args.release, env=args.env,
+        max_env_steps=args.max_env_steps, num_evals=args.num_evals,
+        resources=smoke.parse_resources(args.resources),
+    )  # fmt: skip
+    assert obj["metadata"]["name"] == "surreal-kube-smoke"
+    assert obj["metadata"]["labels"] == {smoke.TEST_LABEL: "surreal-kube"}
+    assert obj["spec"]["resources"]["learner"]["cpu"] == "500m"
+    assert obj["spec"]["session"]["maxEnvSteps"] == 10_000
+    resolve_object(obj)  # what the operator does with it
+
+
+def test_helm_test_follows_the_watched_namespace_and_can_be_off() -> None:
+    hooks = _test_hooks("--set", "watchNamespaces={team-a,team-b}", "--set", "helmTest.name=t1")
+    assert {d["metadata"]["namespace"] for d in hooks} == {"team-a"}
+    (pod,) = by_kind(hooks, "Pod")
+    assert "--name=t1" in pod["spec"]["containers"][0]["args"]
+    assert not _test_hooks("--set", "helmTest.enabled=false")
+
+
+@pytest.mark.parametrize(
+    "flag",
+    ["helmTest.maxEnvSteps=0", "helmTest.name=Bad_Name", "helmTest.resources.learner.cpus=1"],
+)
+def test_helm_test_values_are_checked(flag: str) -> None:
+    done = helm("template", "x", str(CHART), "--set", flag, check=False)
+    assert done.returncode != 0 and "helmTest" in done.stderr, done.stderr

@@ -1,6 +1,7 @@
 """The operator's path on a real node (issue 12): `helm install` with the image built here runs the
-operator as a pod; an Experiment applied with kubectl runs to Succeeded, its progress in the
-Experiment's status and printer columns on the way; `helm uninstall` leaves nothing of the operator.
+operator as a pod; `helm test` passes (a tiny Experiment of its own to Succeeded); an Experiment
+applied with kubectl runs to Succeeded, its progress in the Experiment's status and printer
+columns on the way; `helm uninstall` leaves nothing of the operator.
 """
 
 from __future__ import annotations
@@ -84,6 +85,23 @@ def test_helm_install_kubectl_apply_succeeds_helm_uninstall_leaves_nothing(
     operator = [p for p in pods if p["metadata"]["name"].startswith(RELEASE)]
     assert operator and all(p["status"]["phase"] == "Running" for p in operator), pods
     assert all(p["spec"]["nodeName"] == "real-0" for p in operator)
+
+    # the chart's own check, as a user runs it after installing: `helm test` runs one tiny
+    # Experiment through the operator to Succeeded on the chart's defaults, prints its log and
+    # leaves nothing behind
+    done = subprocess.run(
+        [str(Path(e2e.cp.bin_dir) / "helm"), "test", RELEASE, "-n", NAMESPACE, "--timeout", "20m"],
+        capture_output=True, text=True, env=e2e.env, timeout=1500,
+    )  # fmt: skip
+    assert done.returncode == 0, f"helm test: {done.stdout}\n{done.stderr}"
+    assert re.search(r"Phase:\s+Succeeded", done.stdout), done.stdout
+    assert re.search(r"passed in \d+s: Succeeded, iteration \d+", done.stderr), done.stderr
+    left = e2e.kubectl(
+        "get", "pods,serviceaccounts,roles,rolebindings,experiments", "-n", NAMESPACE,
+        "-l", "app.kubernetes.io/component=helm-test", "-o", "name",
+    )  # fmt: skip
+    assert not left.strip(), left
+    assert not e2e.kubectl("get", "experiments", "-n", NAMESPACE, "-o", "name").strip()
 
     # an Experiment as a user writes it: `surreal-kube config` prints one to start from
     doc = yaml.safe_load(

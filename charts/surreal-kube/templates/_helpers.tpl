@@ -110,3 +110,24 @@ The operator's profile ConfigMap: <fullname>-profile within 63.
 {{- define "surreal-kube.profileName" -}}
 {{- printf "%s-profile" (include "surreal-kube.fullname" . | trunc 55 | trimSuffix "-") -}}
 {{- end -}}
+
+{{/*
+Labels of the `helm test` objects: the release's, with component helm-test (never the operator's
+selector labels: the metrics Service must not select the test pod).
+*/}}
+{{- define "surreal-kube.testLabels" -}}
+helm.sh/chart: {{ include "surreal-kube.chart" . }}
+app.kubernetes.io/name: {{ include "surreal-kube.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/component: helm-test
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/part-of: surreal-kube
+{{- end -}}
+
+{{/*
+Where `helm test` runs its Experiment: helmTest.namespace, else the first watched namespace, else
+the release namespace.
+*/}}
+{{- define "surreal-kube.testNamespace" -}}
+{{- .Values.helmTest.namespace | default (first .Values.watchNamespaces) | default .Release.Namespace -}}
+{{- end -}}
