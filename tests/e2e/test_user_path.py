@@ -1,5 +1,6 @@
 """The user's path on a real node, end to end (issue 12): create, watch, TensorBoard, a pod killed
-and a learner deleted mid-run, the budget's end, results, delete.
+and a learner deleted mid-run, an agent preempted as Spot nodes are, the budget's end, results,
+delete.
 
 One experiment lives through the whole test, in the order a user meets it: each stage needs the
 one before (there is nothing to port-forward to before the pods run, nothing to fetch before the
@@ -233,6 +234,37 @@ def test_create_watch_disturb_finish_fetch_delete(e2e: E2ECluster, tmp_path: Pat
         timeout=300,
     )
     assert int(resumed.group(1)) >= 5, resumed.group(0)
+
+    # --- a Spot preemption (issue 27 item 3): GKE deletes the pods of a reclaimed node with at
+    # most 15 s of grace. The agent stops cleanly within it (it flushes what it has not sent,
+    # rather than being SIGKILLed at the end of the grace), a new agent pod takes its place and
+    # the run goes on to its end below
+    agent_pod = f"{NAME}-agents-0"
+    wait_for(
+        "agents-0 ready again after its kill",
+        lambda: e2e.status(NAME)["processes"][agent_pod]["ready"],
+        timeout=300,
+    )
+    old_uid = e2e.kubectl("get", "pod", agent_pod, "-o", "jsonpath={.metadata.uid}")
+    with running(
+        [str(Path(e2e.cp.bin_dir) / "kubectl"), "logs", "-f", agent_pod, "-c", "agents",
+         "--tail=1"],
+        env=e2e.env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    ) as follow:  # fmt: skip
+        assert follow.stdout is not None
+        follow.stdout.readline()  # the log's last line: the stream is open before the SIGTERM
+        e2e.kubectl("delete", "pod", agent_pod, "--grace-period=15", "--wait=true", timeout=120)
+        last_lines, _ = follow.communicate(timeout=60)
+    assert "stopped (SIGTERM)" in last_lines, last_lines[-3000:]
+    wait_for(
+        "a new agents-0 pod, ready",
+        lambda: (
+            e2e.kubectl("get", "pod", agent_pod, "-o", "jsonpath={.metadata.uid}", check=False)
+            not in ("", old_uid)
+            and e2e.status(NAME)["processes"][agent_pod]["ready"]
+        ),
+        timeout=300,
+    )
 
     # --- inside the boundary, a pod without the secret key is refused by every endpoint it can
     # reach (issue 25): in plain text, and with a keypair of its own; the same pod with the

@@ -34,6 +34,7 @@ from math import ceil
 
 from pydantic import Field, field_validator
 
+from surreal_kube.launch.kube.spot import SPOT_COMPONENTS
 from surreal_kube.schema import SpecModel
 
 GIB = 2**30
@@ -106,8 +107,6 @@ TMP_EPHEMERAL = GIB
 """The pod's /tmp emptyDir (its sizeLimit), asked by the first container."""
 
 
-SPOT_COMPONENTS = ("agent", "eval")
-"""Components that may run as Spot Pods: they keep no state a preemption would lose."""
 
 
 class AutopilotSettings(SpecModel):

@@ -37,6 +37,7 @@ from surreal_kube.experiment.quantity import (
 from surreal_kube.experiment.spec import known_components
 from surreal_kube.launch.kube.autopilot import AutopilotSettings
 from surreal_kube.launch.kube.settings import check_registry
+from surreal_kube.launch.kube.spot import is_spot_node
 from surreal_kube.schema import SpecModel
 
 GPU_RESOURCE = "nvidia.com/gpu"
@@ -91,6 +92,11 @@ class NodePool(SpecModel):
     node_selector: dict[str, str] | None = Field(
         None, description="labels that select this pool's nodes; default {poolLabel: name}"
     )
+    spot: bool = Field(
+        False,
+        description="Spot (preemptible) nodes: only agents and evals go there unless the spec "
+        "names the pool; discovered from the nodes' labels (cloud.google.com/gke-spot...)",
+    )
 
     @property
     def node_taints(self) -> list[Taint]:
@@ -134,7 +140,9 @@ def merge_pools(live: Iterable[NodePool], declared: Iterable[NodePool]) -> list[
     out: dict[str, NodePool] = dict(now)
     for pool in declared:
         there = now.get(pool.name)
-        out[pool.name] = pool.model_copy(update={"count": there.count}) if there else pool
+        if there is not None:  # Spot if either says so: the nodes' labels are the truth
+            pool = pool.model_copy(update={"count": there.count, "spot": pool.spot or there.spot})
+        out[pool.name] = pool
     return [out[name] for name in sorted(out)]
 
 
@@ -460,6 +468,7 @@ def pools_from_nodes(nodes: Iterable[Mapping[str, Any]]) -> list[NodePool]:
                     Taint(key=k, value=v, effect=e) for k, v, e in sorted(common, key=str) if k
                 ],
                 node_selector={label: value},
+                spot=all(is_spot_node(m.get("labels") or {}) for m in members),
             )
         )
     return pools

@@ -6,6 +6,8 @@ pool the spec names (`spec.placement`), or else to a pool chosen by fit:
 
 - a GPU pod only to a pool with enough `nvidia.com/gpu` per node; it tolerates the pool's taints;
 - a CPU pod only to an untainted pool, preferring pools without GPUs (GPU nodes are for GPU work);
+- agents and evals on a Spot pool first (they tolerate its Spot taint); every other component
+  never on one by fit (launch/kube/spot.py: what a preemption would cost them);
 - among those, the smallest node that holds one pod (least waste), then the pool name.
 
 Then the whole experiment is packed onto the pools' nodes (first fit, every replica, CPU, memory,
@@ -41,12 +43,15 @@ from surreal_kube.launch.kube.profile import (
     ClusterProfile,
     NodePool,
 )
+from surreal_kube.launch.kube.spot import SPOT_COMPONENTS, SPOT_LABELS
 
 GPU_TOLERATION = {"key": GPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"}
 """Without a profile, GPU pods tolerate the usual GPU taint (GKE adds the same automatically)."""
 _GPU_TAINTS_TAKEN = ({"key": GPU_RESOURCE, "operator": "Exists"},)
 """What a GPU pod takes in stride when placed by fit: a GPU taint of any effect; every other
 taint, of any effect, makes a pool one to name in the spec rather than one to pick."""
+_SPOT_TAINTS_TAKEN = tuple({"key": key, "operator": "Exists"} for key, _ in SPOT_LABELS)
+"""What agents and evals take in stride: a Spot pool's taint (spot.py)."""
 
 
 @dataclass(frozen=True)
@@ -81,6 +86,8 @@ class Placement:
     None: the spec's (`pod_shape`)."""
     autopilot: bool = False
     """Rendered for GKE Autopilot: every container also asks for ephemeral storage."""
+    off_spot: bool = False
+    """The pods also carry a required node affinity excluding Spot nodes (spot.py)."""
 
 
 def pod_shape(exp: Experiment, component: str) -> PodShape:
@@ -104,7 +111,13 @@ def place(exp: Experiment, topo: Topology, profile: ClusterProfile | None) -> di
         selector = {label: pool_name} if pool_name else {}
         shared = (dict(GPU_TOLERATION),) if data and _bundle_shape(exp, data).gpus else ()
         for g in data:
-            out[g.name] = Placement(g.name, pool_name, dict(selector), shared)
+            out[g.name] = Placement(
+                g.name,
+                pool_name,
+                dict(selector),
+                shared,
+                off_spot=g.component not in SPOT_COMPONENTS,
+            )
         return out
     packer = _Packer(profile.pools)
     out = {}
@@ -134,7 +147,13 @@ def place(exp: Experiment, topo: Topology, profile: ClusterProfile | None) -> di
             members = [group]
         tolerations = tuple(t.toleration() for t in pool.node_taints)
         for g in members:
-            out[g.name] = Placement(g.name, pool.name, profile.node_selector(pool), tolerations)
+            out[g.name] = Placement(
+                g.name,
+                pool.name,
+                profile.node_selector(pool),
+                tolerations,
+                off_spot=not pool.spot and g.component not in SPOT_COMPONENTS,
+            )
     return {g.name: out[g.name] for g in topo.groups}
 
 
@@ -221,22 +240,15 @@ def _place_bundle(
                 f"{_offer(pool)}{_left_note(packer, pool)}{_SPREAD_HINT}"
             )
         return pool
-    candidates = _candidates(profile, shape)
+    candidates = _candidates(profile, shape, "learner")
     for pool in candidates:
         if packer.pack(pool, 1, shape, members, slots=pods):
             return pool
-    fits = [p for p in profile.pools if _fits_node(p, shape)]
-    if fits and not candidates:
-        raise SpecError(
-            f"cannot place {who}: only tainted node pools have nodes that large "
-            f"({', '.join(p.name for p in fits)}): name one in spec.placement.learner to use it"
-        )
-    if not fits:
-        largest = _largest(profile.pools, shape)
-        raise SpecError(
-            f"cannot place {who}: no node pool has a node that large; the largest, "
-            f"{largest.name}, offers {_offer(largest)} per node{_SPREAD_HINT}"
-        )
+    if not candidates:
+        error = _refuse_unplaced(profile, shape, "learner", who)
+        if not any(_fits_node(p, shape) for p in profile.pools):
+            error = SpecError(f"{error}{_SPREAD_HINT}")
+        raise error
     best = _largest(candidates, shape)
     raise CapacityError(
         f"cannot place {who}: no node has that much left; the largest pool for them, "
@@ -248,7 +260,14 @@ def _unchecked(exp: Experiment, group: Group, pool_label: str) -> Placement:
     pool = exp.spec.placement.get(group.component)
     selector = {pool_label: pool} if pool else {}
     gpus = pod_shape(exp, group.component).gpus
-    return Placement(group.name, pool, selector, (dict(GPU_TOLERATION),) if gpus else ())
+    return Placement(
+        group.name,
+        pool,
+        selector,
+        (dict(GPU_TOLERATION),) if gpus else (),
+        # a pool named without a profile may be Spot: the spec's word goes
+        off_spot=pool is None and group.component not in SPOT_COMPONENTS,
+    )
 
 
 def _left_note(packer: _Packer, pool: NodePool) -> str:
@@ -265,20 +284,56 @@ def _fits_node(pool: NodePool, shape: PodShape) -> bool:
     return pool.capacity_count > 0 and fit.fits(shape.requests(), _node_room(pool))
 
 
-def _candidates(profile: ClusterProfile, shape: PodShape) -> list[NodePool]:
+def _candidates(profile: ClusterProfile, shape: PodShape, component: str) -> list[NodePool]:
     """Pools a component may go to by fit, best first (see the module docstring)."""
+    spot_ok = component in SPOT_COMPONENTS
     out = []
     for pool in profile.pools:
-        if not _fits_node(pool, shape):
+        if not _fits_node(pool, shape) or (pool.spot and not spot_ok):
             continue
-        taken = _GPU_TAINTS_TAKEN if shape.gpus else ()
+        taken = (_GPU_TAINTS_TAKEN if shape.gpus else ()) + (_SPOT_TAINTS_TAKEN if spot_ok else ())
         taints = [t.model_dump() for t in pool.node_taints]
         if not fit.tolerates(taken, taints, effects=None):
             continue  # a tainted pool is only used when the spec names it
         out.append(pool)
     return sorted(
         out,
-        key=lambda p: (p.gpus > 0 and not shape.gpus, p.gpus, p.millicpu, p.memory_bytes, p.name),
+        key=lambda p: (
+            p.gpus > 0 and not shape.gpus,
+            spot_ok and not p.spot,
+            p.gpus,
+            p.millicpu,
+            p.memory_bytes,
+            p.name,
+        ),
+    )
+
+
+def _refuse_unplaced(
+    profile: ClusterProfile, shape: PodShape, component: str, who: str, asks: str = ""
+) -> SpecError:
+    """Why no pool is a candidate: only Spot pools, only tainted pools, or none that large.
+
+    asks: what each pod asks for, said before the reason (empty for the learner's bundle)."""
+    fits = [p for p in profile.pools if _fits_node(p, shape)]
+    spot = [p.name for p in fits if p.spot]
+    if fits and len(spot) == len(fits) and component not in SPOT_COMPONENTS:
+        return SpecError(
+            f"cannot place {who}: {asks + '; ' if asks else ''}only Spot node pools have nodes "
+            f"that large ({', '.join(spot)}), and a preemption would lose the state of the "
+            f"{component}: name one in spec.placement.{component} to use it anyway, or add an "
+            "on-demand pool"
+        )
+    if fits:
+        return SpecError(
+            f"cannot place {who}: {asks + '; ' if asks else ''}only tainted node pools have "
+            f"nodes that large ({', '.join(p.name for p in fits)}): name one in "
+            f"spec.placement.{component} to use it"
+        )
+    largest = _largest(profile.pools, shape)
+    return SpecError(
+        f"cannot place {who}: {asks + ', but ' if asks else ''}no node pool has a node that "
+        f"large; the largest, {largest.name}, offers {_offer(largest)} per node"
     )
 
 
@@ -303,19 +358,10 @@ def _place_group(
         if not packer.pack(pool, group.replicas, shape, _taken(group, shape)):
             raise CapacityError(_too_many(exp, who, group, shape, pool, packer))
         return pool
-    candidates = _candidates(profile, shape)
+    candidates = _candidates(profile, shape, group.component)
     if not candidates:
-        tainted = [p.name for p in profile.pools if _fits_node(p, shape)]
-        if tainted:
-            raise SpecError(
-                f"cannot place {who}: each pod asks for {shape.describe()}; only tainted node "
-                f"pools have nodes that large ({', '.join(tainted)}): name one in "
-                f"spec.placement.{group.component} to use it"
-            )
-        largest = _largest(profile.pools, shape)
-        raise SpecError(
-            f"cannot place {who}: each pod asks for {shape.describe()}, but no node pool has a "
-            f"node that large; the largest, {largest.name}, offers {_offer(largest)} per node"
+        raise _refuse_unplaced(
+            profile, shape, group.component, who, f"each pod asks for {shape.describe()}"
         )
     for pool in candidates:
         if packer.pack(pool, group.replicas, shape, _taken(group, shape)):

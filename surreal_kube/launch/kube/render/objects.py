@@ -73,6 +73,7 @@ from surreal_kube.launch.kube.placement.place import (
 from surreal_kube.launch.kube.profile import ClusterProfile
 from surreal_kube.launch.kube.render.gpus import ContainerGPUs, container_gpus
 from surreal_kube.launch.kube.render.ownership import owner_reference
+from surreal_kube.launch.kube.spot import off_spot_expressions
 
 CONFIG_DIR = "/etc/surreal"
 CONFIG_KEY = "experiment.yaml"
@@ -601,6 +602,7 @@ class _Context:
             "node_selector": placement.node_selector,
             "tolerations": list(placement.tolerations),
             "affinity": affinity,
+            "off_spot": off_spot_expressions() if placement.off_spot else None,
             "pull_secrets": list(self.profile.image_pull_secrets),
             "config_dir": CONFIG_DIR,
             "config_map": naming.config_name(self.name),
