@@ -2,23 +2,27 @@
 
     python bench/local.py [--quick]
 
-PPO on HalfCheetah-v5 with 2 agents and 1 eval, as local processes (`create --local`): the
-steady-state env steps/s of the agents (measured from their progress files over a window after
-every role is up), against
+PPO on Ant-v5 (the main job, `make run`) with 2 agents and 1 eval, as local processes
+(`create --local`): the steady-state env steps/s of the agents (measured from their progress files
+over a window after every role is up), against
 - the single-process trainer (`surreal_kube.rl.train`) with the same spec, and
-- the raw environment: random actions in one process, no policy, no learning.
+- the raw environment's own limit on this machine: random actions, no policy, no learning, in one
+  process per core, all at once (the ceiling of any number of agents here, issue 28).
 It also times the start-up, from `create --local` to the learner's first update, with the fork
 server, with one interpreter per role, and for the single-process trainer. It also reports where
 the agents' time goes (env, inference, experience hand-off, sockets) from
-the agents' own timers. In full mode both the local experiment and the single-process trainer
-train for 10 minutes of wall-clock and the mean eval return after that is compared; the local
-run's learning curve is printed. Writes bench/results/local.json.
+the agents' own timers, and where the machine's CPU goes over the window (each role's share, from
+/proc: agents that step slower than the limit lose it to the learner, the evaluator and the rest).
+In full mode both the local experiment and the single-process trainer train for 10 minutes
+of wall-clock and the mean eval return after that is compared; the local run's learning curve is
+printed. Writes bench/results/local.json.
 """
 
 from __future__ import annotations
 
 import datetime
 import json
+import multiprocessing
 import os
 import re
 import resource
@@ -28,13 +32,14 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from common import Row, parse_args, print_table, write_results
 
-ENV = "gym:HalfCheetah-v5"
+ENV = "gym:Ant-v5"
 SK = [sys.executable, "-m", "surreal_kube.cli.main"]
 
 
@@ -53,6 +58,25 @@ def raw_env_rate(seconds: float) -> float:
         if term or trunc:
             env.reset()
     return steps / (time.perf_counter() - start)
+
+
+def _raw_env_worker(seconds: float, queue: Any) -> None:
+    queue.put(raw_env_rate(seconds))
+
+
+def raw_env_limit(seconds: float, processes: int) -> float:
+    """Steps/s of `processes` bare environments stepping at once, one process each: what the
+    machine's cores can step with nothing else running (one process alone overstates a loaded
+    machine and understates one with more cores)."""
+    ctx = multiprocessing.get_context("spawn")
+    queue = ctx.Queue()
+    workers = [ctx.Process(target=_raw_env_worker, args=(seconds, queue)) for _ in range(processes)]
+    for w in workers:
+        w.start()
+    rates = [queue.get(timeout=seconds + 120) for _ in workers]
+    for w in workers:
+        w.join()
+    return float(sum(rates))
 
 
 def single_process(seconds: float) -> tuple[float, float]:
@@ -112,9 +136,15 @@ def local_experiment(warmup_timeout: float, window: float, total: float | None) 
                 break
             time.sleep(1)
         s0, t0 = _agents_steps(folder)
+        cpu0, wall0 = _role_cpu_seconds(folder), time.monotonic()
         time.sleep(window)
         s1, t1 = _agents_steps(folder)
+        cpu1, wall1 = _role_cpu_seconds(folder), time.monotonic()
         out["rate"] = (s1 - s0) / max(1e-6, t1 - t0)
+        out["cpu_cores"] = {  # cores each role kept busy over the window
+            role: round((cpu1[role] - cpu0.get(role, 0.0)) / (wall1 - wall0), 3)
+            for role in sorted(cpu1)
+        }
         splits = {}
         for path in folder.glob("status/agents-*.json"):
             data = json.loads(path.read_text())
@@ -162,30 +192,57 @@ def _first_update_time(folder: Path, timeout: float) -> float | None:
     return None
 
 
-def _experiment_cpu_seconds(folder: Path) -> float:
-    """CPU seconds (user + system) so far of every live process of a local experiment.
-
-    Its roles and fork server carry SURREAL_EXPERIMENT_DIR in their environment, its supervisor
-    daemon names the folder on its command line. CPU time, unlike wall time, does not depend on
-    what else the (shared) machine runs.
-    """
-    tick = os.sysconf("SC_CLK_TCK")
+def _experiment_processes(folder: Path) -> list[Path]:
+    """/proc entries of every live process of a local experiment: its roles and fork server
+    carry SURREAL_EXPERIMENT_DIR in their environment, its supervisor daemon names the folder on
+    its command line."""
     mark = f"SURREAL_EXPERIMENT_DIR={folder}".encode()
-    total = 0
+    found = []
     for proc in Path("/proc").iterdir():
         if not proc.name.isdigit():
             continue
         try:
-            ours = mark in (proc / "environ").read_bytes().split(b"\0") or (
+            if mark in (proc / "environ").read_bytes().split(b"\0") or (
                 b"surreal_kube.launch.local.daemon" in (cmd := (proc / "cmdline").read_bytes())
                 and str(folder).encode() in cmd
-            )
-            if ours:
-                fields = (proc / "stat").read_text().rsplit(")", 1)[1].split()
-                total += int(fields[11]) + int(fields[12])  # utime, stime
+            ):
+                found.append(proc)
         except OSError:
             continue
-    return total / tick
+    return found
+
+
+def _cpu_seconds(proc: Path) -> float:
+    fields = (proc / "stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime, stime
+
+
+def _role_cpu_seconds(folder: Path) -> dict[str, float]:
+    """CPU seconds so far per role, summed over the role's processes (the fork server names
+    each after its role: `agents-0`, `learner`, ...; `agents-0` and `agents-1` count as
+    `agents`)."""
+    out: dict[str, float] = {}
+    for proc in _experiment_processes(folder):
+        try:
+            name = (proc / "comm").read_text().strip()
+            seconds = _cpu_seconds(proc)
+        except OSError:
+            continue
+        role = re.sub(r"-\d+$", "", name)
+        out[role] = out.get(role, 0.0) + seconds
+    return out
+
+
+def _experiment_cpu_seconds(folder: Path) -> float:
+    """CPU seconds (user + system) so far of every live process of a local experiment. CPU
+    time, unlike wall time, does not depend on what else the (shared) machine runs."""
+    total = 0.0
+    for proc in _experiment_processes(folder):
+        try:
+            total += _cpu_seconds(proc)
+        except OSError:
+            continue
+    return total
 
 
 def local_startup(forkserver: bool, timeout: float = 300.0) -> tuple[float, float]:
@@ -269,7 +326,8 @@ def main() -> None:
     args = parse_args(__doc__.splitlines()[0])
     quick = args.quick
     rows: list[Row] = startup_rows()
-    raw = raw_env_rate(3.0 if quick else 10.0)
+    cores = os.cpu_count() or 1
+    limit = raw_env_limit(3.0 if quick else 10.0, cores)
     single_rate, single_return = single_process(15.0 if quick else 600.0)
     local = local_experiment(
         warmup_timeout=60.0 if quick else 120.0,
@@ -287,9 +345,9 @@ def main() -> None:
     )
     rows.append(
         Row(
-            "env steps/s: local experiment vs raw env (random actions, 1 process)",
+            f"env steps/s: local experiment vs the raw env's limit ({cores} processes at once)",
             local["rate"],
-            raw,
+            limit,
             "steps/s",
             "higher",
         )
@@ -316,6 +374,12 @@ def main() -> None:
                 for k, v in sorted(split.items(), key=lambda kv: -kv[1])
             )
         )
+    cores_used = local.get("cpu_cores") or {}
+    if cores_used:
+        print(
+            f"where the {cores} cores go (busy cores per role over the window): "
+            + ", ".join(f"{k} {v:.2f}" for k, v in sorted(cores_used.items(), key=lambda x: -x[1]))
+        )
     if local.get("curve"):
         print("learning curve (env steps, minutes, eval return):")
         for p in local["curve"]:
@@ -328,7 +392,7 @@ def main() -> None:
             {
                 "time_split": split,
                 "single_return": single_return,
-                "raw_env_rate": raw,
+                "raw_env_limit": limit,
                 **{k: v for k, v in local.items() if k != "curve"},
             },
             indent=2,
