@@ -19,29 +19,29 @@ import numpy as np
 from surreal_kube.rl.interfaces import ArrayDict
 
 
-def _pad(stack: np.ndarray, horizon: int) -> np.ndarray:
-    if stack.shape[0] == horizon:
-        return stack
-    pad = np.zeros((horizon - stack.shape[0], *stack.shape[1:]), dtype=stack.dtype)
-    return np.concatenate([stack, pad])
-
-
 class SubTrajectoryWriter:
-    """Turns per-step records into sub-trajectory items (see module docstring)."""
+    """Turns per-step records into sub-trajectory items (see module docstring).
+
+    Steps are written into preallocated arrays, one per key (allocated at the first step, from
+    its shapes and dtypes), and a finished window is one slice copy of each: an agent's hot
+    path does no per-step allocation and no stacking of per-step arrays. The arrays hold twice
+    the horizon; when they fill, the rows still needed (from the oldest open window on, at
+    most a horizon) move to the front.
+    """
 
     def __init__(self, horizon: int, stride: int) -> None:
         if not 1 <= stride <= horizon:
             raise ValueError(f"need 1 <= stride <= horizon, got stride={stride}, horizon={horizon}")
         self.horizon = horizon
         self.stride = stride
+        self.capacity = 2 * horizon
+        self._rows: dict[str, np.ndarray] = {}
         self.reset()
 
     def reset(self) -> None:
         """Forget the current episode (open windows are dropped, not sent)."""
-        self._steps: list[ArrayDict] = []
-        self._next_obs: list[ArrayDict] = []
-        self._base = 0
-        self._t = 0
+        self._base = 0  # the episode step held in row 0
+        self._t = 0  # episode steps recorded
         self._windows: list[tuple[int, ArrayDict]] = []
 
     @property
@@ -65,10 +65,13 @@ class SubTrajectoryWriter:
             episode_end: terminated or truncated; every open window is sent and state reset.
             window_extras: stored once per window when this step opens one (e.g. rnn_h / rnn_c).
         """
+        if not self._rows:
+            self._allocate(step, next_obs)
+        elif self._t - self._base == self.capacity:
+            self._compact()
+        self._write(self._t - self._base, step, next_obs)
         if self.opens_window:
             self._windows.append((self._t, dict(window_extras or {})))
-        self._steps.append(step)
-        self._next_obs.append(next_obs)
         self._t += 1
         out = []
         still_open = []
@@ -80,28 +83,62 @@ class SubTrajectoryWriter:
         self._windows = still_open
         if episode_end:
             self.reset()
-            return out
-        keep_from = min((s for s, _ in self._windows), default=self._t)
-        drop = keep_from - self._base
-        if drop > 0:
-            del self._steps[:drop]
-            del self._next_obs[:drop]
-            self._base = keep_from
         return out
+
+    def _allocate(self, step: ArrayDict, next_obs: ArrayDict) -> None:
+        for key, value in (*step.items(), *next_obs.items()):
+            value = np.asarray(value)
+            self._rows[key] = np.zeros((self.capacity, *value.shape), dtype=value.dtype)
+        self._step_keys = tuple(step)
+        self._next_keys = tuple(next_obs)
+
+    def _write(self, row: int, step: ArrayDict, next_obs: ArrayDict) -> None:
+        if len(step) != len(self._step_keys) or len(next_obs) != len(self._next_keys):
+            raise ValueError(
+                f"a step with keys {sorted(step)} + {sorted(next_obs)}; this writer's steps have "
+                f"{sorted(self._step_keys)} + {sorted(self._next_keys)}"
+            )
+        rows = self._rows
+        try:
+            for key, value in step.items():
+                rows[key][row] = value
+            for key, value in next_obs.items():
+                rows[key][row] = value
+        except KeyError as exc:
+            raise ValueError(
+                f"a step with key {exc}; this writer's steps have "
+                f"{sorted(self._step_keys)} + {sorted(self._next_keys)}"
+            ) from None
+
+    def _compact(self) -> None:
+        """Move the rows still needed (the oldest open window's on) to the front."""
+        keep_from = min((s for s, _ in self._windows), default=self._t)
+        lo, hi = keep_from - self._base, self._t - self._base
+        for rows in self._rows.values():
+            rows[: hi - lo] = rows[lo:hi]
+        self._base = keep_from
 
     def _emit(self, start: int, extras: ArrayDict) -> ArrayDict:
         lo = start - self._base
         hi = min(start + self.horizon, self._t) - self._base
-        steps = self._steps[lo:hi]
-        n = len(steps)
-        item = {k: _pad(np.stack([s[k] for s in steps]), self.horizon) for k in steps[0]}
+        n = hi - lo
+        item: ArrayDict = {}
+        for key in self._step_keys:
+            rows = self._rows[key]
+            if n == self.horizon:
+                item[key] = rows[lo:hi].copy()
+            else:  # an episode ended inside the window: zero padding after its steps
+                padded = np.zeros((self.horizon, *rows.shape[1:]), dtype=rows.dtype)
+                padded[:n] = rows[lo:hi]
+                item[key] = padded
         mask = np.zeros(self.horizon, dtype=np.float32)
         mask[:n] = 1.0
         train_mask = np.zeros(self.horizon, dtype=np.float32)
         train_mask[: min(n, self.stride)] = 1.0
         item["mask"] = mask
         item["train_mask"] = train_mask
-        item.update(self._next_obs[hi - 1])
+        for key in self._next_keys:
+            item[key] = self._rows[key][hi - 1].copy()
         item.update(extras)
         return item
 

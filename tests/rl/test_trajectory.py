@@ -54,9 +54,32 @@ def test_default_horizon_and_stride():
 
 def test_writer_keeps_little_memory():
     w = SubTrajectoryWriter(horizon=25, stride=20)
+    items = []
     for t in range(1000):
-        w.add({"x": np.array(t)}, {"bootstrap/x": np.array(t)}, False)
-    assert len(w._steps) <= 25
+        items += w.add({"x": np.array(t)}, {"bootstrap/x": np.array(t)}, False)
+    assert all(rows.shape[0] == 50 for rows in w._rows.values())  # two horizons, preallocated
+    # windows that cross a compaction of those rows are whole: every start, 25 steps in order
+    assert [int(i["x"][0]) for i in items] == list(range(0, 976, 20))
+    for item, start in zip(items, range(0, 976, 20), strict=True):
+        np.testing.assert_array_equal(item["x"], np.arange(start, start + 25))
+    assert [int(i["bootstrap/x"]) for i in items] == list(range(24, 1000, 20))
+
+
+def test_items_own_their_arrays_and_steps_keep_their_keys():
+    """An item is sent after later steps overwrote the rows it came from, and the actor
+    stamps versions into it in place: it must be a copy. A step with other keys is refused."""
+    w = SubTrajectoryWriter(horizon=3, stride=1)
+    first: list[dict] = []
+    for t in range(10):
+        got = w.add({"x": np.array(t)}, {"bootstrap/x": np.array(t)}, False)
+        if got and not first:
+            first = got
+    np.testing.assert_array_equal(first[0]["x"], [0, 1, 2])
+    first[0]["x"][:] = -1
+    items = w.add({"x": np.array(10)}, {"bootstrap/x": np.array(10)}, True)
+    assert [int(i["x"][0]) for i in items] == [8, 9, 10]
+    with pytest.raises(ValueError, match="this writer's steps have"):
+        w.add({"y": np.array(0)}, {"bootstrap/x": np.array(0)}, False)
 
 
 def test_invalid_stride():
