@@ -3,7 +3,9 @@
 Agent ids of process `agents-<i>` are `range(i * batch, (i + 1) * batch)` (`agents.batch`); each
 agent steps `agents.envsPerAgent` environments, each with its own actor (actors keep per-episode
 state: partial sub-trajectories, recurrent state), all sharing the process's parameter client and
-experience sender. Parameters are fetched per `agents.fetchMode` (each episode start, or every
+experience sender, and, where the algorithm allows, one policy (`rl/actor_group.py`): each tick
+acts on every environment's observation in one forward pass and sends the items it completed
+in one message. Parameters are fetched per `agents.fetchMode` (each episode start, or every
 `fetchInterval` steps); experience is sent `agents.flushIteration` items at a time.
 
 Agents start acting only once the learner's first parameters arrive (state `waiting` until then):
@@ -65,7 +67,8 @@ class AgentsRole(RoleBase):
     def __init__(self, ctx: RoleContext, stop: StopFlag | None = None) -> None:
         super().__init__(ctx, stop)
         from surreal_kube.envs import env_spaces, make_env
-        from surreal_kube.rl.factory import env_slot_seeds, make_actor
+        from surreal_kube.rl.actor_group import make_actor_group
+        from surreal_kube.rl.factory import env_slot_seeds
 
         spec = ctx.spec
         self.agent_ids = ctx.agent_ids
@@ -73,17 +76,22 @@ class AgentsRole(RoleBase):
         self.heartbeat = Heartbeat.from_env()  # the liveness probe's: see runtime.lifecycle
         restarts = int(self.progress.data["restarts"])
         obs_space, action_space = env_spaces(spec.env)
+        # every environment its own seeds: its own episode starts and its own noise
+        seeds = [
+            (aid, env_slot_seeds(spec, aid, k, restarts))
+            for aid in self.agent_ids
+            for k in range(spec.agents.envs_per_agent)
+        ]
+        self.actors = make_actor_group(
+            spec, [(aid, actor_seed) for aid, (_, actor_seed) in seeds], obs_space, action_space
+        )
         self.slots: list[Slot] = []
-        for aid in self.agent_ids:
-            for k in range(spec.agents.envs_per_agent):
-                env = make_env(spec.env)
-                # every environment its own seeds: its own episode starts and its own noise
-                env_seed, actor_seed = env_slot_seeds(spec, aid, k, restarts)
-                actor = make_actor(spec, aid, "train", obs_space, action_space, seed=actor_seed)
-                obs, _ = env.reset(seed=env_seed)
-                env.action_space.seed(env_seed)
-                actor.reset()
-                self.slots.append(Slot(aid, env, actor, obs))
+        for (aid, (env_seed, _)), actor in zip(seeds, self.actors.actors, strict=True):
+            env = make_env(spec.env)
+            obs, _ = env.reset(seed=env_seed)
+            env.action_space.seed(env_seed)
+            actor.reset()
+            self.slots.append(Slot(aid, env, actor, obs))
         self.params = ParameterClient(
             ctx.addr("ps-serve"),
             timeout=spec.ps.timeout_seconds,
@@ -167,8 +175,7 @@ class AgentsRole(RoleBase):
             log.info("first parameters received (iteration %d)", self.param_version)
 
     def _load(self, params: dict[str, np.ndarray]) -> None:
-        for slot in self.slots:
-            slot.actor.load_parameters(params)
+        self.actors.load_parameters(params)  # once per process where the actors share a policy
 
     def wait_for_parameters(self) -> None:
         """Block (responsive to SIGTERM) until the parameter server has the learner's parameters."""
@@ -180,39 +187,39 @@ class AgentsRole(RoleBase):
                 self.stop.wait(0.2)
 
     def step(self, episode_started: bool) -> bool:
-        """Step every environment once; returns whether an episode started in any of them."""
+        """Step every environment once; returns whether an episode started in any of them.
+
+        One tick: the actors act on all observations at once (one forward pass where they
+        share a policy), each environment steps, and the items the tick completed go to replay
+        in one message.
+        """
         if self.schedule.due(episode_start=episode_started):
             self.fetch()
-        started = False
         clock, split = time.perf_counter, self.time_split
-        for slot in self.slots:
+        active = []  # the environments that step this tick: within their agent's budget share
+        taking = dict(self.steps_per_agent)
+        for i, slot in enumerate(self.slots):
             left = self.steps_left[slot.agent_id]
-            if left is not None and self.steps_per_agent[slot.agent_id] >= left:
-                continue  # this agent took its share of the step budget
-            t0 = clock()
-            action = slot.actor.act(slot.obs)
+            if left is None or taking[slot.agent_id] < left:
+                taking[slot.agent_id] += 1
+                active.append(i)
+        if not active:
+            return False
+        t0 = clock()
+        actions = self.actors.act(active, [self.slots[i].obs for i in active])
+        split["inference"] += clock() - t0
+        started = False
+        items: list[dict[str, np.ndarray]] = []
+        for i, action in zip(active, actions, strict=True):
+            slot = self.slots[i]
             t1 = clock()
             next_obs, reward, terminated, truncated, _ = slot.env.step(action)
             t2 = clock()
-            items = slot.actor.observe(
+            items += slot.actor.observe(
                 slot.obs, action, float(reward), next_obs, terminated, truncated
             )
-            t3 = clock()
-            if items:
-                for item in items:
-                    # PPO's actor stamps each item with its oldest step's version (a window
-                    # can span a fetch); others get the version acting now
-                    item.setdefault("param_version", self._version_stamp)
-                self.sender.env_steps = self.progress_steps
-                waited = self.sender.waited_seconds
-                self.sender.send(items)
-                if self.sender.waited_seconds > waited:
-                    self.fetch()  # replay held us back while the learner moved on: catch up now
-            t4 = clock()
-            split["inference"] += t1 - t0
             split["env"] += t2 - t1
-            split["experience"] += t3 - t2
-            split["send"] += t4 - t3
+            split["experience"] += clock() - t2
             slot.episode_return += float(reward)
             slot.episode_steps += 1
             self.steps_per_agent[slot.agent_id] += 1
@@ -225,6 +232,18 @@ class AgentsRole(RoleBase):
                 slot.actor.reset()
                 started = True
             slot.obs = next_obs
+        if items:
+            t3 = clock()
+            for item in items:
+                # PPO's actor stamps each item with its oldest step's version (a window can
+                # span a fetch); others get the version acting now
+                item.setdefault("param_version", self._version_stamp)
+            self.sender.env_steps = self.progress_steps
+            waited = self.sender.waited_seconds
+            self.sender.send(items)
+            if self.sender.waited_seconds > waited:
+                self.fetch()  # replay held us back while the learner moved on: catch up now
+            split["send"] += clock() - t3
         return started
 
     def run(self) -> None:

@@ -87,6 +87,29 @@ def test_numpy_fast_path_equals_torch(pendulum):
     )
 
 
+@pytest.mark.parametrize("mode", ["train", "eval_stochastic", "eval_deterministic"])
+def test_numpy_act_equals_the_models_draw_for_draw(pendulum, mode):
+    """`act`'s numpy path (the agents' hot path) and the model's path, same seed, same
+    filtered parameters: the same actions, behaviour log-probabilities and action infos."""
+    learner = PPOLearner(small(), pendulum.observation_space, pendulum.action_space, seed=1)
+    learner.z_filter.update(np.random.default_rng(0).normal(2.0, 3.0, size=(50, 3)))
+    params = learner.parameters()
+    actors = [
+        PPOActor(small(), pendulum.observation_space, pendulum.action_space, mode, seed=7)
+        for _ in range(2)
+    ]
+    for actor in actors:
+        actor.load_parameters(params)
+    obs = np.random.default_rng(1).normal(0.0, 4.0, size=(20, 3)).astype(np.float32)
+    fast = [actors[0].act(o) for o in obs]
+    pending = actors[0]._pending
+    slow = [actors[1]._act_model(o) for o in obs]
+    np.testing.assert_allclose(np.array(fast), np.array(slow), rtol=1e-5, atol=1e-5)
+    if mode == "train":
+        for key in ("logp", "info"):
+            np.testing.assert_allclose(pending[key], actors[1]._pending[key], rtol=1e-5, atol=1e-5)
+
+
 def test_parameters_carry_filter_statistics_and_exclude_critic(pendulum):
     learner = PPOLearner(small(), pendulum.observation_space, pendulum.action_space, seed=0)
     actor = PPOActor(small(), pendulum.observation_space, pendulum.action_space, seed=0)
