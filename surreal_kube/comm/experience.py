@@ -93,6 +93,9 @@ def stack_items(items: Sequence[Mapping[str, np.ndarray]]) -> list[tuple[wire.Ar
         groups.setdefault(_signature(item), []).append(item)
     out: list[tuple[wire.ArrayDict, int]] = []
     for group in groups.values():
+        if len(group) == 1:  # an on-policy agent's usual send: views with a leading axis
+            out.append(({k: np.asarray(v)[None] for k, v in group[0].items()}, 1))
+            continue
         keys = group[0].keys()
         out.append(({k: np.stack([np.asarray(it[k]) for it in group]) for k in keys}, len(group)))
     return out

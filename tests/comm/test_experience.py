@@ -25,6 +25,18 @@ def test_stack_items_groups_by_layout_in_order():
     np.testing.assert_array_equal(groups[0][0]["obs"][:, 0, 0], [0, 1, 3])
 
 
+def test_a_lone_item_is_sent_as_views_of_its_arrays():
+    """An on-policy agent sends one item at a time: a leading axis on views of its arrays (a
+    0-d one included), not a copy of each (a third of the send's CPU)."""
+    item = {**_item(5), "param_version": np.array(2, np.int64)}
+    [(arrays, count)] = stack_items([item])
+    assert count == 1
+    assert arrays["obs"].shape == (1, 25, 3) and np.shares_memory(arrays["obs"], item["obs"])
+    assert arrays["param_version"].shape == (1,) and int(arrays["param_version"][0]) == 2
+    decoded = wire.decode([bytes(memoryview(f)) for f in wire.encode(wire.EXPERIENCE, {}, arrays)])
+    np.testing.assert_array_equal(decoded.arrays["obs"][0], item["obs"])
+
+
 def test_sender_flushes_every_flush_iteration_items_as_one_message():
     addr = free_addr()
     receiver = make_socket(zmq.PULL, bind=addr)
