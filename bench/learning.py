@@ -19,17 +19,18 @@ Rows:
 of 64 and 512 sub-trajectories, DDPG batches of 512 and 4096 transitions. Without CUDA those rows
 are skipped with a message.
 
---figures adds the figures of issue 13, each a whole local experiment (`create --local`, defaults
-unless said) for `--figure-budget` seconds of wall clock (600 in full mode), run one after the
-other on this machine, with its learning curve copied to bench/results/<figure>.png and its
-policy lag and replay ratio printed beside the row:
-- scale-out: PPO HalfCheetah-v5, 8 agents vs 2 agents, mean eval return of the last 10
-  evaluations (target ratio >= 0.9);
-- PPO Ant-v5 with defaults (2 agents, 1 eval) vs SB3's PPO in one process for the same wall clock
-  (target: ours >= 2,500);
-- DDPG (TD3 options as defaults) on HalfCheetah-v5 and Ant-v5 vs SB3's TD3 for the same wall clock.
-These need a quiet machine: on a shared one they measure the neighbours. Writes
-bench/results/learning.json.
+--figures adds the protocol of issue 28 (`--figure` picks tasks): PPO Ant-v5, DDPG (TD3 options
+as defaults) HalfCheetah-v5 and Ant-v5, each ours (a whole local experiment, `create --local`,
+defaults: 2 agents, 1 eval) against its fair peer (SB3 as a user who knows it runs it on the same
+cores: rl-zoo's PPO settings with 2 environment processes; TD3 with Gaussian noise 0.1 and our
+3-step returns, 2 environment processes), the same wall clock (`--figure-budget`, 600 s), the
+same estimator (the mean of the last 10 evaluations of 5 deterministic episodes, one every 10 s:
+ours by its evaluator during the run, the peer's from policy snapshots after it, so that they
+take none of its training time), 3 seeds each (`--seeds`), interleaved seed by seed. The table
+gives the medians; the ranges are printed and every run is kept in
+bench/results/learning.details.json. The earlier "8 agents vs 2" row is gone: on 2 cores both
+ran on the same cores, so it scaled nothing. These need a quiet machine: on a shared one they
+measure the neighbours. Writes bench/results/learning.json.
 """
 
 from __future__ import annotations
@@ -44,6 +45,7 @@ import tempfile
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -249,11 +251,18 @@ SK = [sys.executable, "-m", "surreal_kube.cli.main"]
 
 
 def local_experiment(
-    tag: str, env_id: str, algorithm: str, agents: int, seconds: float, sets: Sequence[str] = ()
+    tag: str,
+    env_id: str,
+    algorithm: str,
+    agents: int,
+    seconds: float,
+    sets: Sequence[str] = (),
+    curve_as: str | None = None,
 ) -> dict[str, object]:
-    """Run one local experiment to its time budget; its summary (the curve goes to results/).
+    """Run one local experiment to its time budget; its summary.
 
-    sets: `--set KEY=VALUE` overrides (a variant of the defaults, to compare in one run)."""
+    sets: `--set KEY=VALUE` overrides (a variant of the defaults, to compare in one run);
+    curve_as: copy its learning curve to bench/results/<curve_as>.png."""
     root = Path(tempfile.mkdtemp(prefix=f"bench-{tag}-"))
     name = f"bench-{tag}"
     cmd = [
@@ -293,8 +302,8 @@ def local_experiment(
         summary = json.loads((folder / "results" / "summary.json").read_text())
         RESULTS.mkdir(parents=True, exist_ok=True)
         curve = folder / "results" / "learning_curve.png"
-        if curve.exists():
-            shutil.copy(curve, RESULTS / f"{tag}.png")
+        if curve_as and curve.exists():
+            shutil.copy(curve, RESULTS / f"{curve_as}.png")
     finally:
         subprocess.run([*SK, "delete", name, "--root", str(root)], capture_output=True, timeout=300)
         shutil.rmtree(root, ignore_errors=True)
@@ -315,99 +324,177 @@ def health(summary: dict) -> str:
     )
 
 
-def run_sb3_td3(env_id: str, budget: float, episodes: int) -> float:
-    """Mean deterministic return of SB3's TD3 (its defaults) after `budget` seconds."""
-    import gymnasium as gym
-    from stable_baselines3 import TD3
-    from stable_baselines3.common.callbacks import BaseCallback
-    from stable_baselines3.common.evaluation import evaluate_policy
+PROTOCOL_SEEDS = (0, 1, 2)
+EVAL_EVERY_SECONDS = 10.0  # our evals.intervalSeconds
+EVAL_EPISODES = 5  # our evals.episodes
+LAST_EVALS = 10  # our summary's recent_mean_return: the mean of the last 10 evaluations
+TASKS = {  # figure: (algorithm, env)
+    "ppo-ant": ("ppo", "Ant-v5"),
+    "ddpg-halfcheetah": ("ddpg", "HalfCheetah-v5"),
+    "ddpg-ant": ("ddpg", "Ant-v5"),
+}
+FIGURES = tuple(TASKS)
+PEER_ENVS = 2
+"""The peers' environment processes (SubprocVecEnv): the cores our 2 agents get."""
 
-    class Deadline(BaseCallback):
-        def __init__(self, seconds: float) -> None:
+
+def _snapshots(seconds: float, vec_normalize: Any = None) -> Any:
+    """An SB3 callback: stop at the wall-clock budget, and every EVAL_EVERY_SECONDS keep a copy
+    of the policy (and the observation statistics) to evaluate after the run: our evaluator
+    plays beside the agents, the peer's evaluations take none of its training time."""
+    import copy
+
+    from stable_baselines3.common.callbacks import BaseCallback
+
+    class Snapshots(BaseCallback):
+        def __init__(self) -> None:
             super().__init__()
-            self.seconds = seconds
-            self.start = 0.0
+            self.kept: list[tuple[dict, Any]] = []
+            self.start = self.last = 0.0
 
         def _on_training_start(self) -> None:
-            self.start = time.perf_counter()
+            self.start = self.last = time.perf_counter()
 
         def _on_step(self) -> bool:
-            return time.perf_counter() - self.start < self.seconds
+            now = time.perf_counter()
+            if now - self.last >= EVAL_EVERY_SECONDS:
+                self.last = now
+                stats = copy.deepcopy(vec_normalize.obs_rms) if vec_normalize else None
+                state = self.model.policy.state_dict()
+                policy = {k: v.detach().clone() for k, v in state.items()}
+                self.kept = [*self.kept[-(LAST_EVALS - 1) :], (policy, stats)]
+            return now - self.start < seconds
 
-    model = TD3("MlpPolicy", gym.make(env_id), device="cpu", seed=0, verbose=0)
-    model.learn(total_timesteps=10**9, callback=Deadline(budget))
-    eval_env = gym.make(env_id)
-    mean, _ = evaluate_policy(model, eval_env, n_eval_episodes=episodes, deterministic=True)
-    return float(mean)
-
-
-FIGURES = ("scale-out", "ppo-ant", "ddpg")
-
-
-def figure_rows(budget: float, episodes: int, only: list[str] | None = None) -> list[Row]:
-    """The figures of issue 13 (see the module docstring); each run takes about `budget` s."""
-    rows: list[Row] = []
-    only = only or list(FIGURES)
-    if "scale-out" in only:
-        rows += _scale_out_rows(budget)
-    if "ppo-ant" in only:
-        rows += _ppo_ant_rows(budget, episodes)
-    if "ddpg" in only:
-        rows += _ddpg_rows(budget, episodes)
-    return rows
+    return Snapshots()
 
 
-def _scale_out_rows(budget: float) -> list[Row]:
-    rows: list[Row] = []
-    two = local_experiment("ppo-halfcheetah-2", "HalfCheetah-v5", "ppo", 2, budget)
-    eight = local_experiment("ppo-halfcheetah-8", "HalfCheetah-v5", "ppo", 8, budget)
-    rows.append(
-        Row(
-            "PPO HalfCheetah-v5 mean return (last 10 evals), 8 agents vs 2 (target >= 0.9)",
-            float(eight.get("recent_mean_return") or float("nan")),
-            float(two.get("recent_mean_return") or float("nan")),
-            "return",
-            "higher",
+def _evaluate_snapshots(model: Any, env_id: str, kept: list, seed: int) -> float:
+    """The mean over the kept snapshots of their mean deterministic return over EVAL_EPISODES."""
+    import gymnasium as gym
+    from stable_baselines3.common.evaluation import evaluate_policy
+    from stable_baselines3.common.vec_env import DummyVecEnv, VecNormalize
+
+    means = []
+    for policy, stats in kept:
+        model.policy.load_state_dict(policy)
+        env = DummyVecEnv([lambda: gym.make(env_id)])
+        if stats is not None:
+            env = VecNormalize(env, norm_obs=True, norm_reward=False, training=False)
+            env.obs_rms = stats
+        env.seed(200_000 + seed)
+        mean, _ = evaluate_policy(
+            model, env, n_eval_episodes=EVAL_EPISODES, deterministic=True, warn=False
         )
-    )
-    print(f"  8 agents: {health(eight)}\n  2 agents: {health(two)}", file=sys.stderr)
-    return rows
+        means.append(float(mean))
+        env.close()
+    return float(np.mean(means)) if means else float("nan")
 
 
-def _ppo_ant_rows(budget: float, episodes: int) -> list[Row]:
-    rows: list[Row] = []
-    ant = local_experiment("ppo-ant", "Ant-v5", "ppo", 2, budget)
-    _, sb3_ant = run_sb3("Ant-v5", budget, episodes)
-    rows.append(
-        Row(
-            "PPO Ant-v5 mean return (last 10 evals), defaults vs SB3 PPO (target >= 2,500)",
-            float(ant.get("recent_mean_return") or float("nan")),
-            sb3_ant,
-            "return",
-            "higher",
+def run_peer(algorithm: str, env_id: str, budget: float, seed: int) -> dict[str, float]:
+    """The fair peer of one task, one seed: SB3 as a user who knows it runs it on these cores.
+
+    PPO: rl-zoo's MuJoCo entry (SB3's defaults with observations and rewards normalized),
+    PEER_ENVS environment processes. TD3: Gaussian noise 0.1 and our n-step (3), rl-zoo's
+    MuJoCo settings otherwise (400-300 networks, lr 1e-3, batch 256, learning starts 10,000),
+    PEER_ENVS environment processes. One torch thread: the other cores step the environments.
+    """
+    import gymnasium as gym
+    from stable_baselines3 import PPO, TD3
+    from stable_baselines3.common.noise import NormalActionNoise
+    from stable_baselines3.common.vec_env import SubprocVecEnv, VecNormalize
+
+    torch.set_num_threads(1)
+    env = SubprocVecEnv([lambda: gym.make(env_id) for _ in range(PEER_ENVS)])
+    env.seed(seed)
+    norm = None
+    if algorithm == "ppo":
+        env = norm = VecNormalize(env, norm_obs=True, norm_reward=True, gamma=0.99)
+        model = PPO("MlpPolicy", env, device="cpu", seed=seed, verbose=0)
+    else:
+        dim = env.action_space.shape[0]
+        model = TD3(
+            "MlpPolicy",
+            env,
+            learning_rate=1e-3,
+            batch_size=256,
+            learning_starts=10_000,
+            n_steps=3,
+            action_noise=NormalActionNoise(np.zeros(dim), 0.1 * np.ones(dim)),
+            policy_kwargs={"net_arch": [400, 300]},
+            device="cpu",
+            seed=seed,
+            verbose=0,
         )
+    callback = _snapshots(budget, norm)
+    start = time.perf_counter()
+    model.learn(total_timesteps=10**9, callback=callback)
+    elapsed = time.perf_counter() - start
+    steps = model.num_timesteps
+    env.close()
+    return {
+        "return": _evaluate_snapshots(model, env_id, callback.kept, seed),
+        "env_steps_per_s": steps / elapsed,
+        "evaluations": len(callback.kept),
+    }
+
+
+def run_local(algorithm: str, env_id: str, budget: float, seed: int) -> dict[str, float]:
+    """Ours on one task, one seed: the local experiment with its defaults (2 agents, 1 eval)."""
+    task = f"{algorithm}-{env_id.split('-')[0].lower()}"
+    tag = f"{task}-{seed}"
+    summary = local_experiment(
+        tag, env_id, algorithm, 2, budget, [f"session.seed={seed}"], task if seed == 0 else None
     )
-    print(f"  Ant PPO: {health(ant)}", file=sys.stderr)
-    return rows
+    print(f"  {tag}: {health(summary)}", file=sys.stderr)
+    return {
+        "return": float(summary.get("recent_mean_return") or float("nan")),
+        "env_steps_per_s": float(summary.get("env_steps_per_second") or 0.0),
+        "evaluations": float(summary.get("evaluations") or 0),
+    }
 
 
-def _ddpg_rows(budget: float, episodes: int) -> list[Row]:
-    rows: list[Row] = []
-    for env_id in ENVS:
-        tag = f"ddpg-{env_id.split('-')[0].lower()}"
-        ours = local_experiment(tag, env_id, "ddpg", 2, budget)
-        ref = run_sb3_td3(env_id, budget, episodes)
+def protocol_rows(
+    budget: float, seeds: Sequence[int], only: list[str] | None = None
+) -> tuple[list[Row], list[dict]]:
+    """The protocol of issue 28: each task, ours and its fair peer, same cores, same wall clock,
+    same evaluation estimator, `seeds` each, interleaved (seed by seed, ours then the peer), so
+    that a slower hour of the machine falls on both. Rows: the medians; the ranges are printed
+    and kept in the details."""
+    runs: list[dict] = []
+    tasks = only or list(FIGURES)
+    for seed in seeds:
+        for task in tasks:
+            algorithm, env_id = TASKS[task]
+            for who, run in (("ours", run_local), ("peer", run_peer)):
+                result = run(algorithm, env_id, budget, seed)
+                runs.append({"task": task, "who": who, "seed": seed, **result})
+                print(f"  {task} seed {seed} {who}: {result}", file=sys.stderr)
+    peer_name = {"ppo": "SB3 PPO (rl-zoo)", "ddpg": "SB3 TD3 (noise 0.1, 3-step)"}
+    rows = []
+    for task in tasks:
+        algorithm, env_id = TASKS[task]
+        got = {
+            who: [r["return"] for r in runs if r["task"] == task and r["who"] == who]
+            for who in ("ours", "peer")
+        }
+        for who, values in got.items():
+            print(
+                f"{task} {who}: median {np.median(values):.0f}, range "
+                f"{min(values):.0f} to {max(values):.0f} over {len(values)} seeds",
+                file=sys.stderr,
+            )
         rows.append(
             Row(
-                f"DDPG {env_id} mean return (last 10 evals) vs SB3 TD3, same wall clock",
-                float(ours.get("recent_mean_return") or float("nan")),
-                ref,
+                f"{algorithm.upper()} {env_id} return, median of {len(seeds)} seeds (last "
+                f"{LAST_EVALS} evals of {EVAL_EPISODES}), {budget:.0f} s, vs "
+                f"{peer_name[algorithm]}",
+                float(np.median(got["ours"])),
+                float(np.median(got["peer"])),
                 "return",
                 "higher",
             )
         )
-        print(f"  {tag}: {health(ours)}", file=sys.stderr)
-    return rows
+    return rows, runs
 
 
 def main() -> None:
@@ -421,19 +508,22 @@ def main() -> None:
     )
     parser.add_argument("--episodes", type=int, help="evaluation episodes (overrides the mode)")
     parser.add_argument(
-        "--figures", action="store_true", help="also the local-experiment figures of issue 13"
+        "--figures", action="store_true", help="also the 3-seed protocol of issue 28"
     )
     parser.add_argument(
-        "--only-figures", action="store_true", help="the figures only (skip the other rows)"
+        "--only-figures", action="store_true", help="the protocol only (skip the other rows)"
     )
     parser.add_argument(
-        "--figure-budget", type=float, help="seconds per figure run (default 600; quick 60)"
+        "--figure-budget", type=float, help="seconds per run of the protocol (600; quick 60)"
     )
     parser.add_argument(
         "--figure",
         action="append",
         choices=FIGURES,
-        help="only this figure (repeatable; default: all of them)",
+        help="only this task (repeatable; default: all of them)",
+    )
+    parser.add_argument(
+        "--seeds", type=int, default=len(PROTOCOL_SEEDS), help="seeds per task (3; quick 1)"
     )
     args = parser.parse_args()
     budget = args.budget or (5.0 if args.quick else 600.0)
@@ -465,9 +555,15 @@ def main() -> None:
         rows += gpu_rows(args.quick)
     if args.figures or args.only_figures:
         figure_budget = args.figure_budget or (60.0 if args.quick else 600.0)
-        rows += figure_rows(figure_budget, episodes, args.figure)
+        seeds = range(1 if args.quick else args.seeds)
+        protocol, runs = protocol_rows(figure_budget, list(seeds), args.figure)
+        rows += protocol
     print_table("learning", rows)
-    print(f"wrote {write_results('learning', rows)}")
+    path = write_results("learning", rows)
+    if args.figures or args.only_figures:
+        details = path.with_name("learning.details.json")
+        details.write_text(json.dumps({"budget_s": figure_budget, "runs": runs}, indent=2) + "\n")
+    print(f"wrote {path}")
 
 
 if __name__ == "__main__":
