@@ -95,7 +95,9 @@ def test_helm_install_kubectl_apply_succeeds_helm_uninstall_leaves_nothing(
     )  # fmt: skip
     assert done.returncode == 0, f"helm test: {done.stdout}\n{done.stderr}"
     assert re.search(r"Phase:\s+Succeeded", done.stdout), done.stdout
-    assert re.search(r"passed in \d+s: Succeeded, iteration \d+", done.stderr), done.stderr
+    # the learner's iteration is in the line only once a status report carried it; a 10,000-step
+    # CartPole run can end first: the phase and the budget reached are what the check promises
+    assert re.search(r"passed in \d+s: Succeeded, .*env steps 10000", done.stderr), done.stderr
     left = e2e.kubectl(
         "get", "pods,serviceaccounts,roles,rolebindings,experiments", "-n", NAMESPACE,
         "-l", "app.kubernetes.io/component=helm-test", "-o", "name",
