@@ -18,12 +18,12 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from surreal_kube.experiment.algorithms import PPOConfig
+from surreal_kube.rl.factory import make_actor
 from surreal_kube.rl.interfaces import Actor, ArrayDict
+from surreal_kube.rl.ppo import PPOActor
 
 if TYPE_CHECKING:
     from surreal_kube.experiment.spec import ExperimentSpec
-    from surreal_kube.rl.ppo import PPOActor
 
 
 class ActorGroup:
@@ -33,12 +33,6 @@ class ActorGroup:
         self.actors = list(actors)
         self._shared = shared
         """The actor whose policy all share (PPO), else None: each loads its own."""
-
-    def __len__(self) -> int:
-        return len(self.actors)
-
-    def __getitem__(self, index: int) -> Actor:
-        return self.actors[index]
 
     def load_parameters(self, params: ArrayDict) -> None:
         """Adopt the learner's parameters: once for a shared policy, else in every actor."""
@@ -52,7 +46,7 @@ class ActorGroup:
         """The actions of actors `indices` on their observations (in that order)."""
         chosen = [self.actors[i] for i in indices]
         if self._shared is not None:
-            return type(self._shared).act_batch(chosen, observations)  # type: ignore[arg-type]
+            return PPOActor.act_batch(chosen, observations)  # type: ignore[arg-type]
         return [a.act(o) for a, o in zip(chosen, observations, strict=True)]
 
 
@@ -64,25 +58,16 @@ def make_actor_group(
     device: str | torch.device | None = None,
 ) -> ActorGroup:
     """Train-mode actors for `slots`, (agent id, actor seed) pairs, one per environment."""
-    from surreal_kube.rl.factory import make_actor
-
-    actors: list[Actor] = []
-    shared: PPOActor | None = None
-    for agent_id, seed in slots:
-        if shared is not None:  # the first one's policy for all: one model, one filter, one load
-            from surreal_kube.rl.ppo import PPOActor
-
-            algo = spec.algorithm
-            assert isinstance(algo, PPOConfig)
-            actors.append(
-                PPOActor(algo, obs_space, action_space, "train", seed, policy=shared.policy)
-            )
-            continue
-        actor = make_actor(spec, agent_id, "train", obs_space, action_space, device, seed)
-        if isinstance(spec.algorithm, PPOConfig):
-            from surreal_kube.rl.ppo import PPOActor
-
-            assert isinstance(actor, PPOActor)
-            shared = actor
-        actors.append(actor)
-    return ActorGroup(actors, shared)
+    if not slots:
+        raise ValueError("an agent process needs at least one environment slot")
+    (first_id, first_seed), rest = slots[0], slots[1:]
+    first = make_actor(spec, first_id, "train", obs_space, action_space, device, first_seed)
+    if isinstance(first, PPOActor):  # its policy for all: one model, one filter, one load
+        algo = first.config
+        siblings: list[Actor] = [
+            PPOActor(algo, obs_space, action_space, "train", seed, policy=first.policy)
+            for _, seed in rest
+        ]
+        return ActorGroup([first, *siblings], first)
+    others = [make_actor(spec, aid, "train", obs_space, action_space, device, s) for aid, s in rest]
+    return ActorGroup([first, *others])

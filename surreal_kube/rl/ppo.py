@@ -139,7 +139,8 @@ class PPOPolicy:
 
     @property
     def gaussian_mlp(self) -> bool:
-        """A plain MLP Gaussian on the CPU: acting is numpy alone (`means`)."""
+        """A plain MLP Gaussian on the CPU: acting is numpy alone (`forward`, then sampling
+        with the log std's terms taken at load)."""
         return self.fast and self.np_log_std is not None
 
     def load(self, params: ArrayDict) -> None:
@@ -156,9 +157,9 @@ class PPOPolicy:
             self.iteration = int(params["meta/iteration"][0])
         self._refresh()
 
-    def means(self, x: np.ndarray) -> np.ndarray:
-        """Action means of raw low-dim observations (any leading shape; `gaussian_mlp` only):
-        ZFilter.normalize in float32, its terms taken at load, then the numpy MLP."""
+    def forward(self, x: np.ndarray) -> np.ndarray:
+        """The numpy MLP's output (action means, or logits) for raw low-dim observations (any
+        leading shape; `fast` only): ZFilter.normalize in float32, its terms taken at load."""
         x = np.asarray(x, dtype=np.float32)
         if self.whiten is not None:
             centre, inv_scale, clip = self.whiten
@@ -233,10 +234,7 @@ class PPOActor:
 
     def _policy_info(self, parts: dict[str, np.ndarray]) -> np.ndarray:
         if self._fast:
-            x = parts["low_dim"].astype(np.float32).reshape(-1)
-            if self.z_filter is not None:
-                x = self.z_filter.normalize(x)
-            out = self.policy.np_actor(x)
+            out = self.policy.forward(parts["low_dim"].reshape(-1))
             if self.policy.np_log_std is None:
                 return out
             return np.concatenate([out, self.policy.np_log_std])
@@ -254,7 +252,7 @@ class PPOActor:
     def act(self, obs: Any) -> np.ndarray:
         """Sample (train, eval_stochastic) or take the mode (eval_deterministic) of the policy."""
         if self._fast and self.policy.gaussian_mlp and not isinstance(obs, dict):
-            return self._act_on_mean(self.policy.means(np.reshape(obs, -1)))
+            return self._act_on_mean(self.policy.forward(np.reshape(obs, -1)))
         return self._act_model(obs)
 
     @staticmethod
@@ -266,14 +264,13 @@ class PPOActor:
             return []
         policy = actors[0].policy
         batched = (
-            len(actors) > 1
-            and policy.gaussian_mlp
+            policy.gaussian_mlp
             and all(a.policy is policy and a._fast for a in actors)
             and not any(isinstance(o, dict) for o in observations)
         )
         if not batched:
             return [a.act(o) for a, o in zip(actors, observations, strict=True)]
-        means = policy.means(np.stack([np.reshape(o, -1) for o in observations]))
+        means = policy.forward(np.stack([np.reshape(o, -1) for o in observations]))
         return [a._act_on_mean(m) for a, m in zip(actors, means, strict=True)]
 
     def _act_on_mean(self, mean: np.ndarray) -> np.ndarray:
