@@ -41,6 +41,7 @@ from surreal_kube.launch.kube.profile import ClusterProfile, merge_profiles, obj
 from surreal_kube.launch.kube.render import custom_resource, workload
 from surreal_kube.launch.kube.status import progress as kube_progress
 from surreal_kube.launch.kube.status.summary import pod_ready
+from surreal_kube.operator import events
 from surreal_kube.operator.config import Config
 from surreal_kube.operator.status import condition, condition_status, set_conditions
 
@@ -249,6 +250,9 @@ def learner_first(kube: Kube, obj: Mapping[str, Any], plan: Plan) -> list[dict]:
         set_conditions(kube, obj, [verdict])
         return plan.objects
     message = "agents and evals start once the learner is Ready (its first heartbeat)"
+    if waits := plan.placements.waiting_for():  # a pool at zero: the learner's node comes
+        message = f"{waits}; {message}"
+        events.record(kube, obj, "WaitingForAutoscaler", waits)
     set_conditions(kube, obj, [condition(LEARNER_READY, "False", "WaitingForLearner", message)])
     return [o for o in plan.objects if o not in held]
 

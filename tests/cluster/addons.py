@@ -199,6 +199,19 @@ class ScaledPool:
         if self.gpus and not self.accelerator:
             raise ValueError(f"scaled pool {self.name!r}: a GPU pool needs an accelerator")
 
+    def declared(self) -> dict[str, Any]:
+        """The pool as a GKE user's profile declares it: at zero nodes, its maximum and the
+        machine shape a new node will offer (what pre-flight cannot read from nodes)."""
+        return {
+            "name": self.name,
+            "count": 0,
+            "maxCount": self.max_nodes,
+            "cpu": str(self.cpu),
+            "memory": self.memory,
+            "gpus": self.gpus,
+            **({"accelerator": self.accelerator} if self.accelerator else {}),
+        }
+
     def instance_type_options(self) -> dict[str, Any]:
         """This pool's machine in the kwok provider's instance-types file."""
         resources = {

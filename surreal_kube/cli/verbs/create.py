@@ -356,6 +356,8 @@ def run_kube(
         return
     info(f"creating {name} in namespace {plan.namespace} (context {kube.context}) {via}")
     creating.create(kube, plan, progress=info)
+    if waits := plan.placements.waiting_for():
+        info(f"{name}: {waits} (nodes now -> nodes it needs, at the least)")
     if not wait:
         _next_steps(name, plan.namespace)
         return

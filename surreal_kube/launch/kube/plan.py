@@ -35,7 +35,7 @@ from typing import Any
 from surreal_kube.experiment.spec import Experiment, ImageSpec
 from surreal_kube.launch.kube.images.planner import planned_references
 from surreal_kube.launch.kube.placement.autopilot import place_for
-from surreal_kube.launch.kube.placement.place import Placement
+from surreal_kube.launch.kube.placement.place import Placements
 from surreal_kube.launch.kube.profile import ClusterProfile
 from surreal_kube.launch.kube.render.objects import (
     dump_objects,
@@ -56,8 +56,8 @@ class Plan:
     namespace: str
     profile: ClusterProfile
     """The profile the objects were rendered with (pools as placement saw them)."""
-    placements: Mapping[str, Placement]
-    """group -> pool, node selector and tolerations."""
+    placements: Placements
+    """group -> pool, node selector and tolerations; `.growth`: the nodes it waits for."""
     images: Mapping[str, str]
     """key of spec.images -> exact reference."""
     objects: list[dict[str, Any]]

@@ -6,8 +6,11 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+import yaml
 
 from surreal_kube.experiment.resolve import resolve_experiment
+from surreal_kube.launch.kube.api.client import CONFIG_MAP
+from surreal_kube.launch.kube.placement import autoscaler_status
 from surreal_kube.launch.kube.placement import pools as kube_pools
 from surreal_kube.launch.kube.placement.place import place
 from surreal_kube.launch.kube.profile import profile_from_dict
@@ -50,3 +53,39 @@ def test_a_declared_pool_at_zero_joins_the_live_pools(
     out = place(exp, exp.topology, profile)
     assert out["agents"].pool == "gpu-l4" and out["learner"].pool == "gpu-l4"
     assert out["replay"].pool == "cpu-pool"
+
+
+def test_discovered_pools_take_their_bounds_from_the_autoscalers_status(
+    kube_cluster: Any, kube_namespace: str
+) -> None:
+    """What GKE publishes in kube-system/cluster-autoscaler-status bounds the discovered pools:
+    no profile at all, and an experiment that needs more nodes than there are fits."""
+    kube = connect(kube_cluster, kube_namespace)
+    live = {p.name: p.count for p in kube_pools.discover_pools(kube).pools}
+    groups = [
+        {
+            "name": f"https://www.googleapis.com/compute/v1/projects/p/zones/z/instanceGroups/"
+            f"gke-test-{pool}-0a1b2c3d-grp",
+            "health": {"minSize": 0, "maxSize": live[pool] + 3, "cloudProviderTarget": 1},
+        }
+        for pool in ("cpu-pool", "gpu-pool")
+    ]
+    status = {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": autoscaler_status.NAME, "namespace": autoscaler_status.NAMESPACE},
+        "data": {"status": yaml.safe_dump({"autoscalerStatus": "Running", "nodeGroups": groups})},
+    }
+    kube.create(status, autoscaler_status.NAMESPACE)
+    try:
+        profile = kube_pools.effective_profile(kube, None, check_fit=True)
+        assert profile is not None
+        bounds = {p.name: (p.count, p.max_count) for p in profile.pools}
+        scaled = ("cpu-pool", "gpu-pool")
+        assert {pool: bounds[pool] for pool in scaled} == {
+            pool: (live[pool], live[pool] + 3) for pool in scaled
+        }
+        # a pool no node group names (the real node's, when it runs) keeps no bound
+        assert all(bounds[pool] == (live[pool], None) for pool in live if pool not in scaled)
+    finally:
+        kube.delete(CONFIG_MAP, autoscaler_status.NAME, autoscaler_status.NAMESPACE)

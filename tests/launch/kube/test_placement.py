@@ -8,7 +8,12 @@ import pytest
 
 from surreal_kube.errors import SpecError
 from surreal_kube.experiment.resolve import resolve_experiment
-from surreal_kube.launch.kube.placement.place import format_cpu, format_memory, place
+from surreal_kube.launch.kube.placement.place import (
+    Placements,
+    format_cpu,
+    format_memory,
+    place,
+)
 from surreal_kube.launch.kube.profile import (
     ClusterProfile,
     ExperimentVolume,
@@ -37,7 +42,7 @@ def profile() -> ClusterProfile:
     return load_profile(KWOK_POOLS).model_copy(update={"experiment_volume": rwx})
 
 
-def placed(sets: list[str], profile: ClusterProfile | None) -> dict:
+def placed(sets: list[str], profile: ClusterProfile | None) -> Placements:
     exp = resolve_experiment("exp-p", sets=sets)
     return place(exp, exp.topology, profile)
 
@@ -292,6 +297,25 @@ def test_pre_flight_counts_the_autoscalers_maximum_and_says_so() -> None:
         placed(["agents.count=13", "resources.agent.gpu=1", "resources.learner.gpu=1"], profile)
     assert "gpu-pool, has at most 3 nodes (autoscaled, 0 now)" in str(err.value)
     assert "nvidia.com/gpu 12 in total" in str(err.value)
+
+
+def test_placement_says_how_many_nodes_an_autoscaled_pool_must_add() -> None:
+    # learner (1 GPU) + 2 agent pods of 1 GPU: 3 GPUs, one node of 4
+    out = placed(GPU_SETS, profile_from_dict(AUTOSCALED))
+    assert [(g.pool, g.now, g.needed, g.most) for g in out.growth] == [("gpu-pool", 0, 1, 3)]
+    assert out.waiting_for() == "waiting for the autoscaler: gpu-pool 0 -> 1"
+    # 8 agent pods of 1 GPU + the learner: 9 GPUs, 3 nodes; with one there, two more to come
+    many = ["agents.count=8", "resources.agent.gpu=1", "resources.learner.gpu=1"]
+    assert placed(many, profile_from_dict(AUTOSCALED)).waiting_for() == (
+        "waiting for the autoscaler: gpu-pool 0 -> 3"
+    )
+    grown = {"pools": [AUTOSCALED["pools"][0], {**AUTOSCALED["pools"][1], "count": 1}]}
+    assert placed(many, profile_from_dict(grown)).waiting_for() == (
+        "waiting for the autoscaler: gpu-pool 1 -> 3"
+    )
+    # what the nodes there hold waits for nothing, nor does a pool that is not autoscaled
+    assert placed(["agents.count=2"], profile_from_dict(AUTOSCALED)).growth == ()
+    assert placed(["agents.count=2"], profile_from_dict(AUTOSCALED)).waiting_for() is None
 
 
 def test_declared_pools_merge_with_the_live_ones() -> None:

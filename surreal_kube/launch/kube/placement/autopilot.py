@@ -37,6 +37,7 @@ from surreal_kube.launch.kube.autopilot import (
 from surreal_kube.launch.kube.placement.place import (
     GPU_TOLERATION,
     Placement,
+    Placements,
     PodShape,
     data_groups,
     place,
@@ -45,9 +46,7 @@ from surreal_kube.launch.kube.placement.place import (
 from surreal_kube.launch.kube.profile import ClusterProfile
 
 
-def place_for(
-    exp: Experiment, topo: Topology, profile: ClusterProfile | None
-) -> dict[str, Placement]:
+def place_for(exp: Experiment, topo: Topology, profile: ClusterProfile | None) -> Placements:
     """Placement of every group: Autopilot's for an Autopilot profile, else by pools (`place`)."""
     if profile is not None and profile.autopilot is not None:
         return place_autopilot(exp, topo, profile, profile.autopilot)
@@ -56,7 +55,7 @@ def place_for(
 
 def place_autopilot(
     exp: Experiment, topo: Topology, profile: ClusterProfile, settings: AutopilotSettings
-) -> dict[str, Placement]:
+) -> Placements:
     """Placement of every group on Autopilot (SpecError naming what to change if it cannot)."""
     if exp.spec.placement:
         component, pool = min(exp.spec.placement.items())
@@ -97,7 +96,7 @@ def place_autopilot(
         out[group.name] = Placement(
             group.name, None, selector, tuple(tolerations), shape=shape, autopilot=True
         )
-    return out
+    return Placements(out)  # Autopilot adds the nodes for what it admits: none to wait for
 
 
 def autopilot_shape(

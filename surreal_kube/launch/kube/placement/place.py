@@ -90,13 +90,51 @@ class Placement:
     """The pods also carry a required node affinity excluding Spot nodes (spot.py)."""
 
 
+@dataclass(frozen=True)
+class PoolGrowth:
+    """An autoscaled pool the experiment fits on only once the autoscaler adds nodes to it."""
+
+    pool: str
+    now: int
+    """Nodes the pool has now (the profile's or the cluster's count)."""
+    needed: int
+    """Nodes the packing used: at least this many before every pod of it can be scheduled."""
+    most: int
+    """The pool's maximum (`maxCount`)."""
+
+    def describe(self) -> str:
+        """`gpu-pool 0 -> 1`: the words of the status's reason and of `create`."""
+        return f"{self.pool} {self.now} -> {self.needed}"
+
+
+class Placements(dict[str, Placement]):
+    """group -> Placement, and the nodes the experiment waits for (`growth`), from one packing.
+
+    A pool scaled to zero is a place to go (its maximum counts), so an experiment that needs it
+    is created; `growth` says how many nodes it waits for, so that `create` and the operator's
+    status can say it rather than leave a Pending pod to explain itself.
+    """
+
+    def __init__(
+        self, placements: Mapping[str, Placement], growth: tuple[PoolGrowth, ...] = ()
+    ) -> None:
+        super().__init__(placements)
+        self.growth = growth
+
+    def waiting_for(self) -> str | None:
+        """`waiting for the autoscaler: gpu-pool 0 -> 1`, or None when every node is there."""
+        if not self.growth:
+            return None
+        return "waiting for the autoscaler: " + ", ".join(g.describe() for g in self.growth)
+
+
 def pod_shape(exp: Experiment, component: str) -> PodShape:
     """The requests of one pod of `component` (the spec's resources or the default)."""
     res = exp.spec.component_resources(component)
     return PodShape(to_millicpu(res.cpu), parse_memory(res.memory), res.gpu)
 
 
-def place(exp: Experiment, topo: Topology, profile: ClusterProfile | None) -> dict[str, Placement]:
+def place(exp: Experiment, topo: Topology, profile: ClusterProfile | None) -> Placements:
     """Placement of every group, checked against the profile's pools (SpecError if it cannot fit).
 
     Without a profile (or one listing no pools) nothing can be checked: explicit pools become node
@@ -118,7 +156,7 @@ def place(exp: Experiment, topo: Topology, profile: ClusterProfile | None) -> di
                 shared,
                 off_spot=g.component not in SPOT_COMPONENTS,
             )
-        return out
+        return Placements(out)
     packer = _Packer(profile.pools)
     out = {}
     # GPU workloads first (they have the fewest places to go), singletons (learner, replay...)
@@ -154,7 +192,7 @@ def place(exp: Experiment, topo: Topology, profile: ClusterProfile | None) -> di
                 tolerations,
                 off_spot=not pool.spot and g.component not in SPOT_COMPONENTS,
             )
-    return {g.name: out[g.name] for g in topo.groups}
+    return Placements({g.name: out[g.name] for g in topo.groups}, packer.growth(profile.pools))
 
 
 def data_groups(topo: Topology, profile: ClusterProfile | None) -> list[Group]:
@@ -511,6 +549,20 @@ class _Packer:
 
     def used_by(self, pool: NodePool) -> list[str]:
         return list(self.placed[pool.name])
+
+    def nodes_used(self, pool: NodePool) -> int:
+        """Nodes of the pool that hold at least one pod of the experiment."""
+        full = [pool.millicpu, pool.memory_bytes, pool.gpus, pool.pods]
+        return sum(node != full for node in self.free[pool.name])
+
+    def growth(self, pools: list[NodePool]) -> tuple[PoolGrowth, ...]:
+        """The autoscaled pools this packing needs more nodes of than they have now."""
+        out = []
+        for pool in pools:
+            used = self.nodes_used(pool)
+            if pool.autoscaled and used > pool.count:
+                out.append(PoolGrowth(pool.name, pool.count, used, pool.capacity_count))
+        return tuple(out)
 
 
 def placement_summary(placements: Mapping[str, Placement]) -> dict[str, str | None]:

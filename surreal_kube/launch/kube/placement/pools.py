@@ -20,6 +20,7 @@ from surreal_kube.launch.kube.api.client import (
     NotFoundError,
 )
 from surreal_kube.launch.kube.autopilot import AUTOPILOT_API_GROUP, AutopilotSettings
+from surreal_kube.launch.kube.placement import autoscaler_status
 from surreal_kube.launch.kube.profile import ClusterProfile, merge_pools, pools_from_nodes
 
 log = logging.getLogger(__name__)
@@ -60,6 +61,7 @@ def effective_profile(
                 profile = profile_from_nodes(nodes, base=profile)
             else:
                 profile = discover_pools(kube, base=profile)
+            profile = with_autoscaler_bounds(profile, autoscaler_status.read_groups(kube))
             if autoscaled:  # a pool scaled to zero has no node: its declaration says it exists
                 profile = profile.model_copy(update={"pools": merge_pools(profile.pools, declared)})
         except LaunchError as exc:
@@ -87,6 +89,26 @@ def effective_profile(
         for p in profile.pools
     ]
     return profile.model_copy(update={"pools": big})
+
+
+def with_autoscaler_bounds(
+    profile: ClusterProfile, groups: Sequence[autoscaler_status.NodeGroup]
+) -> ClusterProfile:
+    """The live pools with the maxima the cluster autoscaler publishes (`autoscaler_status`).
+
+    Only discovered pools take them: a pool the profile declares keeps its own `maxCount`
+    (`merge_pools` puts the declaration over the live pool), the user's word on their cluster.
+    """
+    maxima = autoscaler_status.pool_maxima(groups, [p.name for p in profile.pools])
+    if not maxima:
+        return profile
+    pools = [
+        p.model_copy(update={"max_count": maxima[p.name]})
+        if p.max_count is None and maxima.get(p.name, 0) > p.count
+        else p
+        for p in profile.pools
+    ]
+    return profile.model_copy(update={"pools": pools})
 
 
 def serves_autopilot(kube: Kube) -> bool:
