@@ -15,7 +15,7 @@ set -euo pipefail
 K8S_VERSION=v1.37.2          # kubelet, kube-proxy: go/kubenode (replace lines as in go/k8s)
 CONTAINERD_VERSION=v2.4.2    # containerd, containerd-shim-runc-v2, ctr
 CNI_PLUGINS_VERSION=v1.10.0  # bridge, host-local, loopback, portmap
-COREDNS_VERSION=v1.15.0
+COREDNS_VERSION=v1.15.0      # go/coredns: our main on github.com/coredns/coredns
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 cache_base=${XDG_CACHE_HOME:-$HOME/.cache}/surreal-kube
@@ -34,8 +34,13 @@ shim_tags="urfave_cli_no_docs no_grpc"   # as containerd's Makefile builds the s
 cni_pkg=github.com/containernetworking/plugins
 cni_ldflags="-s -w -X $cni_pkg/pkg/utils/buildversion.BuildVersion=$CNI_PLUGINS_VERSION"
 coredns_ldflags="-s -w"
+if ! grep -q "^require github.com/coredns/coredns $COREDNS_VERSION\$" "$here/go/coredns/go.mod"; then
+  echo "build-node.sh: go/coredns/go.mod does not require coredns $COREDNS_VERSION" >&2
+  exit 1
+fi
 
-inputs_hash=$( (cd "$here/go" && cat kubenode/go.mod kubenode/go.sum pause/go.mod pause/main.go; \
+inputs_hash=$( (cd "$here/go" && cat kubenode/go.mod kubenode/go.sum pause/go.mod pause/main.go \
+  coredns/go.mod coredns/go.sum coredns/main.go; \
   echo "$k8s_ldflags|$ctrd_ldflags|$ctrd_tags|$shim_tags|$cni_ldflags|$coredns_ldflags") \
   | sha256sum | cut -c1-10)
 key="k8s-${K8S_VERSION}_containerd-${CONTAINERD_VERSION}_cni-${CNI_PLUGINS_VERSION}"
@@ -126,8 +131,8 @@ for p in main/bridge main/loopback ipam/host-local meta/portmap; do
   build_one "cni/${p#*/}" go_install "cni/${p#*/}" "" "$cni_ldflags" \
     "$cni_pkg/plugins/$p@$CNI_PLUGINS_VERSION"
 done
-build_one coredns go_install coredns "" "$coredns_ldflags" \
-  "github.com/coredns/coredns@$COREDNS_VERSION"
+# our main (go/coredns) with only the plugins the node's Corefile uses: a fraction of the build
+build_one coredns go_build coredns coredns "$coredns_ldflags" .
 if $no_k8s; then
   echo "build-node.sh: built all but kubelet and kube-proxy in $(( $(date +%s) - start ))s:" \
     "${timings[*]:-nothing new}" >&2
