@@ -29,7 +29,7 @@ from tests.launch.kube.engine import (
     engine_or_skip,
 )
 
-pytestmark = [pytest.mark.podman, pytest.mark.slow]
+pytestmark = [pytest.mark.podman, pytest.mark.node, pytest.mark.slow]  # the node's containerd
 
 CONFIG = """\
 version = 3

@@ -22,6 +22,8 @@ from surreal_kube.experiment.resolve import resolve_experiment
 from surreal_kube.launch.kube.images import planner, remote
 from tests.cluster.registry import Registry, registry_bin, running_registry
 
+pytestmark = pytest.mark.cluster  # the registry is a cluster add-on: built with them (`make test`)
+
 
 @pytest.fixture(scope="module")
 def registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Registry]:
