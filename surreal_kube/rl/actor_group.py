@@ -20,7 +20,7 @@ import torch
 
 from surreal_kube.rl.factory import make_actor
 from surreal_kube.rl.interfaces import Actor, ArrayDict
-from surreal_kube.rl.ppo import PPOActor
+from surreal_kube.rl.ppo_actor import PPOActor
 
 if TYPE_CHECKING:
     from surreal_kube.experiment.spec import ExperimentSpec

@@ -68,7 +68,7 @@ def make_actor(
         seed = actor_seed(spec, agent_id, mode)
     algo = spec.algorithm
     if isinstance(algo, PPOConfig):
-        from surreal_kube.rl.ppo import PPOActor
+        from surreal_kube.rl.ppo_actor import PPOActor
 
         return PPOActor(algo, obs_space, action_space, mode, seed, dev)
     if isinstance(algo, DDPGConfig):

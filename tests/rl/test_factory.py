@@ -16,7 +16,8 @@ from surreal_kube.rl.factory import (
     make_replay,
     replay_ready,
 )
-from surreal_kube.rl.ppo import PPOActor, PPOLearner
+from surreal_kube.rl.ppo import PPOLearner
+from surreal_kube.rl.ppo_actor import PPOActor
 from surreal_kube.rl.replay import FIFOReplay, PrioritizedReplay, UniformReplay
 
 OBS = gym.spaces.Box(-1, 1, (3,))

@@ -76,7 +76,8 @@ def test_a_learner_update_never_imports_torchs_compiler() -> None:
     code = """
 import sys
 import gymnasium as gym
-from surreal_kube.rl.ppo import PPOActor, PPOLearner
+from surreal_kube.rl.ppo import PPOLearner
+from surreal_kube.rl.ppo_actor import PPOActor
 from surreal_kube.rl.ddpg import DDPGAgentActor, DDPGLearner
 from surreal_kube.rl.replay import UniformReplay, stack_items
 from tests.rl.test_ppo import collect, small

@@ -8,7 +8,8 @@ import pytest
 import torch
 
 from surreal_kube.experiment.algorithms import PPOConfig
-from surreal_kube.rl.ppo import PPOActor, PPOLearner
+from surreal_kube.rl.ppo import PPOLearner
+from surreal_kube.rl.ppo_actor import PPOActor
 from surreal_kube.rl.replay import FIFOReplay, stack_items
 from surreal_kube.session.checkpoint import Checkpoint
 

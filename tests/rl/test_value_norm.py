@@ -10,7 +10,8 @@ import torch
 from torch import nn
 
 from surreal_kube.experiment.algorithms import PPOConfig
-from surreal_kube.rl.ppo import PPOActor, PPOLearner
+from surreal_kube.rl.ppo import PPOLearner
+from surreal_kube.rl.ppo_actor import PPOActor
 from surreal_kube.rl.replay import stack_items
 from surreal_kube.rl.value_norm import ValueNormalizer
 from tests.rl.test_ppo import collect
