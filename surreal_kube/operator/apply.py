@@ -27,7 +27,7 @@ from surreal_kube.errors import SpecError, SurrealKubeError
 from surreal_kube.experiment.progress import STATE_FINISHED
 from surreal_kube.experiment.spec import Experiment
 from surreal_kube.launch.kube import naming
-from surreal_kube.launch.kube.api.client import Kube, NotFoundError, resource
+from surreal_kube.launch.kube.api.client import EXPERIMENT, Kube, NotFoundError, resource
 from surreal_kube.launch.kube.lifecycle import apply as kube_apply
 from surreal_kube.launch.kube.lifecycle import keys
 from surreal_kube.launch.kube.placement import pools
@@ -43,7 +43,12 @@ from surreal_kube.launch.kube.status import progress as kube_progress
 from surreal_kube.launch.kube.status.summary import pod_ready
 from surreal_kube.operator import events
 from surreal_kube.operator.config import Config
-from surreal_kube.operator.status import condition, condition_status, set_conditions
+from surreal_kube.operator.status import (
+    condition,
+    condition_message,
+    condition_status,
+    set_conditions,
+)
 
 PROFILE_TTL = 60.0
 """Seconds a discovered cluster profile (node pools) is reused when there is no node watch."""
@@ -195,11 +200,41 @@ def admitted(kube: Kube, obj: Mapping[str, Any], config: Config, plan: Plan) -> 
         verdict = condition("Admitted", "True", "Admitted", f"admitted by {queue}")
         objects = plan.objects
     else:
-        reason = workload.waiting_reason(live, queue)
-        verdict = condition("Admitted", "False", "Queued", reason)
+        verdict = condition("Admitted", "False", "Queued", queued_reason(kube, live, namespace))
         objects = [o for o in plan.objects if o["kind"] not in workload.POD_KINDS]
     set_conditions(kube, obj, [verdict])
     return objects
+
+
+def queued_reason(kube: Kube, live: Mapping[str, Any], namespace: str) -> str:
+    """The `Queued` reason of a waiting Workload: its position in its LocalQueue, in Kueue's
+    order (`workload.queue_position`), and Kueue's own message."""
+    queue = str((live.get("spec") or {}).get("queueName"))
+    others = kube.list(workload.WORKLOAD, namespace)
+    return workload.waiting_reason(live, queue, workload.queue_position(live, others))
+
+
+def requeue_positions(kube: Kube, namespace: str, queue: str) -> list[str]:
+    """Write the `Queued` reason anew for every experiment waiting in `queue` whose position
+    or Kueue's message changed (a Workload ahead of them was admitted, deleted or evicted);
+    the experiments it changed."""
+    found = kube.list(workload.WORKLOAD, namespace)
+    changed = []
+    for live in found:
+        meta = live.get("metadata") or {}
+        name = (meta.get("labels") or {}).get(naming.EXPERIMENT_LABEL)
+        spec_queue = (live.get("spec") or {}).get("queueName")
+        if not name or spec_queue != queue or workload.is_admitted(live):
+            continue
+        position = workload.queue_position(live, found)
+        reason = workload.waiting_reason(live, queue, position)
+        obj = kube.get_or_none(EXPERIMENT, name, namespace)
+        if obj is None or condition_status(obj, "Admitted") != "False":
+            continue
+        if condition_message(obj, "Admitted") != reason:
+            set_conditions(kube, obj, [condition("Admitted", "False", "Queued", reason)])
+            changed.append(name)
+    return changed
 
 
 LEARNER_FIRST = ("agents", "evals")

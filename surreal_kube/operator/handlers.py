@@ -267,29 +267,36 @@ def _recreate(memo: kopf.Memo, kind: str, meta: Mapping[str, Any]) -> None:
 def workload_changed(memo: kopf.Memo, type: str | None, wl: Mapping[str, Any]) -> None:
     """A Kueue Workload of an experiment changed: when Kueue's verdict (admitted or not) is not
     the one the experiment was last applied with, apply it again, which creates its pods'
-    workloads on admission and removes them on eviction (apply.admitted)."""
+    workloads on admission and removes them on eviction (apply.admitted). Then every experiment
+    waiting in its queue gets its position and Kueue's newest message (`apply.requeue_positions`):
+    one admitted, deleted or evicted ahead of them moves them up."""
     meta = wl.get("metadata") or {}
     name = (meta.get("labels") or {}).get(naming.EXPERIMENT_LABEL)
-    if not name or type == "DELETED":
+    if not name:
         return
+    namespace = meta["namespace"]
     try:
-        obj = memo.kube.get_or_none(EXPERIMENT, name, meta["namespace"])
-        if obj is None or obj["metadata"].get("deletionTimestamp") or status.is_failed(obj):
-            return
-        admitted = workload.is_admitted(wl)
-        if status.condition_status(obj, "Admitted") == ("True" if admitted else "False"):
-            if not admitted:  # still waiting: Kueue's newest reason (which set, what lacks)
-                reason = workload.waiting_reason(wl, str((wl.get("spec") or {}).get("queueName")))
-                verdict = status.condition("Admitted", "False", "Queued", reason)
-                status.set_conditions(memo.kube, obj, [verdict])
-                memo.refresher.poke(meta["namespace"], name)
-            return
-        log.info("%s/%s: Kueue's verdict changed; applying", meta["namespace"], name)
-        apply.apply_experiment(memo.kube, plain(obj), memo.config)
+        if type != "DELETED":
+            _apply_on_new_verdict(memo, wl, name, namespace)
+        queue = str((wl.get("spec") or {}).get("queueName"))
+        for waiting in apply.requeue_positions(memo.kube, namespace, queue):
+            memo.refresher.poke(namespace, waiting)
     except (SpecError, KubeError) as exc:
         log.warning("cannot apply %s after its Workload changed: %s", name, exc)
+
+
+def _apply_on_new_verdict(
+    memo: kopf.Memo, wl: Mapping[str, Any], name: str, namespace: str
+) -> None:
+    obj = memo.kube.get_or_none(EXPERIMENT, name, namespace)
+    if obj is None or obj["metadata"].get("deletionTimestamp") or status.is_failed(obj):
         return
-    memo.refresher.poke(meta["namespace"], name)
+    admitted = workload.is_admitted(wl)
+    if status.condition_status(obj, "Admitted") == ("True" if admitted else "False"):
+        return
+    log.info("%s/%s: Kueue's verdict changed; applying", namespace, name)
+    apply.apply_experiment(memo.kube, plain(obj), memo.config)
+    memo.refresher.poke(namespace, name)
 
 
 def watch_workloads(memo: kopf.Memo, namespaces: Sequence[str] | None) -> Watcher | None:

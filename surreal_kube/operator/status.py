@@ -122,6 +122,14 @@ def condition_status(obj: Mapping[str, Any], type_: str) -> str | None:
     return None
 
 
+def condition_message(obj: Mapping[str, Any], type_: str) -> str | None:
+    """The message of one of the experiment's conditions; None: not set."""
+    for cond in (obj.get("status") or {}).get("conditions") or []:
+        if cond.get("type") == type_:
+            return cond.get("message")
+    return None
+
+
 def condition(type_: str, status: str, reason: str, message: str) -> Condition:
     return Condition(type=type_, status=status, reason=reason, message=message)
 

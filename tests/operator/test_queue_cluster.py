@@ -1,10 +1,12 @@
 """Gang admission through Kueue (render/workload.py, operator/apply.py) on a control plane with
 a real Kueue (tests/cluster/addons.py): two experiments whose learners together exceed the GPU
 quota; the second is Queued whole, with Kueue's reason and no Deployment, StatefulSet or pod of
-it, and starts once the first is deleted."""
+it, and starts once the first is deleted; a third waits behind it, its position in the queue
+moving up as the second is admitted."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -71,13 +73,28 @@ def test_an_experiment_that_exceeds_the_quota_waits_whole_then_starts(
                     lambda: p if (p := phase(kube, "exp-second"))[0] == "Queued" else None,
                 )
                 assert queued is not None
-                assert queued[1].startswith("queued in team-a: ") and "nvidia.com/gpu" in queued[1]
+                assert queued[1].startswith("queued in team-a (position 1 of 1): ")
+                assert "nvidia.com/gpu" in queued[1]
+                # and `status` says so, as the Experiment does
+                res = sk(kueue_cluster, "status", "exp-second", "-n", ns, "-o", "json")
+                assert res.returncode == 0, res.stderr
+                shown = json.loads(res.stdout)
+                assert shown["phase"] == "Queued"
+                assert shown["reason"].startswith("queued in team-a (position 1 of 1): ")
                 # waiting whole: its ConfigMap and Services exist, nothing that makes a pod
                 assert holders(kube, "exp-second") == []
                 pods = kube.list(POD, ns, labels=naming.experiment_selector("exp-second"))
                 assert pods == []
                 wl = kube.get(WORKLOAD, "exp-second")
                 assert {p["name"] for p in wl["spec"]["podSets"]} >= {"learner", "agents"}
+
+                create("exp-third")  # behind exp-second, in Kueue's order (created later)
+                wait_for(
+                    "exp-third Queued second",
+                    lambda: phase(kube, "exp-third")[1].startswith(
+                        "queued in team-a (position 2 of 2): "
+                    ),
+                )
 
                 kube.delete(EXPERIMENT, "exp-first")  # its Workload goes with it (owned)
                 wait_for(
@@ -86,6 +103,14 @@ def test_an_experiment_that_exceeds_the_quota_waits_whole_then_starts(
                     timeout=180,
                 )
                 assert holders(kube, "exp-second")
+                # 3 GPUs of the quota's 4 are exp-second's: exp-third waits, first in line now
+                wait_for(
+                    "exp-third moved up",
+                    lambda: phase(kube, "exp-third")[1].startswith(
+                        "queued in team-a (position 1 of 1): "
+                    ),
+                )
+                assert holders(kube, "exp-third") == []
     finally:
         kueue_cluster.delete_namespace(ns)
 

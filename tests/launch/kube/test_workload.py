@@ -99,3 +99,41 @@ def test_kueues_verdict_and_its_reason() -> None:
 def test_a_queue_name_that_is_no_local_queue_is_refused() -> None:
     with pytest.raises(SpecError, match=r"spec.queue: must be a LocalQueue's name .* got 'Team_A'"):
         resolve_experiment("exp-q", sets=["queue=Team_A"])
+
+
+def queued(name: str, created: str, queue: str = "team-a", **spec: object) -> dict:
+    return {
+        "metadata": {"name": name, "creationTimestamp": created},
+        "spec": {"queueName": queue, **spec},
+        "status": {"conditions": [{"type": "QuotaReserved", "status": "False"}]},
+    }
+
+
+def test_the_position_in_the_queue_is_kueues_order() -> None:
+    running = {
+        "metadata": {"name": "exp-a", "creationTimestamp": "2026-12-05T10:00:00Z"},
+        "spec": {"queueName": "team-a"},
+        "status": {"conditions": [{"type": "QuotaReserved", "status": "True"}]},
+    }
+    b = queued("exp-b", "2026-12-05T10:01:00Z")
+    c = queued("exp-c", "2026-12-05T10:02:00Z")
+    urgent = queued("exp-d", "2026-12-05T10:03:00Z", priority=100)  # later, but higher priority
+    elsewhere = queued("exp-e", "2026-12-05T09:00:00Z", queue="team-b")
+    # an eviction requeues at the time of the eviction: behind those created before it
+    evicted = queued("exp-f", "2026-12-05T09:30:00Z")
+    evicted["status"]["conditions"].append(
+        {"type": "Evicted", "status": "True", "lastTransitionTime": "2026-12-05T10:01:30Z"}
+    )
+    found = [running, b, c, urgent, elsewhere, evicted]
+    positions = {w["metadata"]["name"]: workload.queue_position(w, found) for w in found}
+    assert positions == {
+        "exp-a": None,  # quota reserved: being admitted, ahead of every waiting one
+        "exp-d": (1, 4),
+        "exp-b": (2, 4),
+        "exp-f": (3, 4),
+        "exp-c": (4, 4),
+        "exp-e": (1, 1),
+    }
+    assert workload.waiting_reason(c, "team-a", positions["exp-c"]) == (
+        "queued in team-a (position 4 of 4): waiting for Kueue to consider it"
+    )

@@ -88,7 +88,8 @@ def observe(
 
 
 def status_of(kube: Kube, found: Found, *, capacity: str = "free") -> ExperimentStatus:
-    """Status from the pods, with what only the operator knows (replacements, Failed) merged."""
+    """Status from the pods, with what only the operator knows merged: replacements, Failed,
+    and Queued (Kueue has not admitted it: no pod to observe, its position and Kueue's reason)."""
     reported = found.reported
     status = observe(
         kube,
@@ -99,8 +100,8 @@ def status_of(kube: Kube, found: Found, *, capacity: str = "free") -> Experiment
         pods=found.pods,
     )
     if reported:
-        if reported.get("phase") == "Failed":
-            status.phase = "Failed"
+        if reported.get("phase") in ("Failed", "Queued"):
+            status.phase = reported["phase"]
             status.reason = reported.get("reason")
         status.conditions = ExperimentStatus.model_validate(reported).conditions
         if status.learner_iteration is None:

@@ -126,11 +126,67 @@ def is_admitted(workload: Mapping[str, Any] | None) -> bool:
     )
 
 
-def waiting_reason(workload: Mapping[str, Any] | None, queue: str) -> str:
-    """Why the workload waits, in one line: Kueue's own message (which pod set does not fit,
-    which resource, how much more) or, before Kueue has looked at it, that it was submitted."""
+def is_pending(workload: Mapping[str, Any]) -> bool:
+    """Waiting in its queue: no quota reserved yet (one with quota reserved is being admitted,
+    ahead of every pending one) and not finished."""
+    reserved = condition_of(workload, "QuotaReserved")
+    finished = condition_of(workload, "Finished")
+    return not (
+        (reserved and reserved.get("status") == "True")
+        or (finished and finished.get("status") == "True")
+    )
+
+
+def _queue_order(workload: Mapping[str, Any]) -> tuple[int, str, str]:
+    """Kueue's order within a queue (its queue ordering function, StrictFIFO and BestEffortFIFO
+    alike): higher `spec.priority` first, then the older queue-order timestamp, which is the
+    creation time unless an eviction requeued it (then the eviction's time)."""
+    meta = workload.get("metadata") or {}
+    stamp = str(meta.get("creationTimestamp") or "")
+    evicted = condition_of(workload, "Evicted")
+    if evicted and evicted.get("status") == "True" and evicted.get("lastTransitionTime"):
+        stamp = str(evicted["lastTransitionTime"])
+    priority = int((workload.get("spec") or {}).get("priority") or 0)
+    return -priority, stamp, str(meta.get("name") or "")
+
+
+def queue_position(
+    workload: Mapping[str, Any], others: Sequence[Mapping[str, Any]]
+) -> tuple[int, int] | None:
+    """(position from 1, how many wait) of `workload` among the pending Workloads of its
+    LocalQueue (`others`: the namespace's Workloads, itself included), in Kueue's order; None
+    when it is not pending.
+
+    Kueue's visibility API serves the same figure, but as an aggregated API that a cluster may
+    not register and a namespace's user may not read; the Workloads of one's own namespace are
+    what the operator may read anywhere. Position counts the LocalQueue only: its ClusterQueue
+    may also hold other namespaces' workloads, interleaved by the same order.
+    """
+    if not is_pending(workload):
+        return None
+    queue = (workload.get("spec") or {}).get("queueName")
+    waiting = sorted(
+        (w for w in others if (w.get("spec") or {}).get("queueName") == queue and is_pending(w)),
+        key=_queue_order,
+    )
+    names = [(w.get("metadata") or {}).get("name") for w in waiting]
+    name = (workload.get("metadata") or {}).get("name")
+    if name not in names:
+        return None
+    return names.index(name) + 1, len(names)
+
+
+def waiting_reason(
+    workload: Mapping[str, Any] | None, queue: str, position: tuple[int, int] | None = None
+) -> str:
+    """Why the workload waits, in one line: where it stands in the queue (`position`), then
+    Kueue's own message (which pod set does not fit, which resource, how much more) or, before
+    Kueue has looked at it, that it was submitted."""
+    where = f"queued in {queue}"
+    if position is not None:
+        where += f" (position {position[0]} of {position[1]})"
     for type_ in ("Evicted", "QuotaReserved", "Admitted"):
         cond = condition_of(workload, type_)
         if cond and cond.get("message") and not (type_ == "Evicted" and cond["status"] != "True"):
-            return f"queued in {queue}: {' '.join(str(cond['message']).split())}"
-    return f"queued in {queue}: waiting for Kueue to consider it"
+            return f"{where}: {' '.join(str(cond['message']).split())}"
+    return f"{where}: waiting for Kueue to consider it"
