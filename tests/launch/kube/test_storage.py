@@ -277,7 +277,11 @@ def test_the_data_pods_wait_for_the_learner_to_pick_the_node(
                 for c in (p.get("status") or {}).get("conditions") or []
             )
         ]
-        return data if data and len(tried) == len(data) else []
+        # every follower's pod, not those its controller has made so far (CI once saw two of
+        # four, both refused already, and took them for all)
+        groups = {p["metadata"]["labels"]["app.kubernetes.io/component"] for p in data}
+        every = groups == DATA_GROUPS - {"learner"}
+        return data if every and len(tried) == len(data) else []
 
     waiting = wait_for("the scheduler to hold the followers", followers_refused, timeout=120)
     assert {p["metadata"]["labels"]["app.kubernetes.io/component"] for p in waiting} == (
