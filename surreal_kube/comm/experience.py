@@ -69,13 +69,24 @@ it goes stale. Bounded, the backlog is a few batches even of small items: with 6
 agents stepping CartPole queued hundreds of sub-trajectories and ran through a whole budget
 before a loaded learner finished its first iteration, and never waited (`bench/comm.py` measures
 with the rate limiter off)."""
-ON_POLICY_PIPE = {"hwm": 1, "buffer_bytes": 4 << 10}
-"""The shallowest pipe, for on-policy experience at both ends (sender and receiver): with the
-defaults (4 + 8 messages of ZeroMQ queue and 32 KiB of kernel buffer each way, per agent), 8 PPO
-agents held hundreds of sub-trajectories in the pipes while replay's limiter held them back, and
-the learner got them iterations late, most past the policy-lag bound
-(`tests/runtime/test_learning_wiring.py` holds the lag to its bound). One message queued at each
-end and the kernel's smallest buffers leave the agent blocked with a few items in flight."""
+ON_POLICY_PIPE_MIN_BYTES = 4 << 10
+"""The kernel's smallest useful buffer, the floor of an on-policy pipe's."""
+
+
+def on_policy_pipe(message_bytes: int) -> dict[str, int]:
+    """The shallowest pipe for on-policy experience, at both ends (sender and receiver).
+
+    With the defaults (4 + 8 messages of ZeroMQ queue and 32 KiB of kernel buffer each way, per
+    agent), 8 PPO agents held hundreds of sub-trajectories in the pipes while replay's limiter
+    held them back, and the learner got them iterations late, most past the policy-lag bound
+    (`tests/runtime/test_learning_wiring.py` holds the lag to its bound). So one message is
+    queued at each end, and the kernel holds two messages each way: depth counted in messages,
+    not bytes. A fixed 4 KiB held a dozen CartPole items but a third of one Ant-v5 item (about
+    12 KB), so the pipe's depth, and how often a send waits for the shard's process to be
+    scheduled, depended on the environment (`bench/local.py` prints the agents' `send` share).
+    `message_bytes`: the largest message of this experiment's agents (`runtime.layout`).
+    """
+    return {"hwm": 1, "buffer_bytes": max(ON_POLICY_PIPE_MIN_BYTES, 2 * int(message_bytes))}
 
 
 def _signature(item: Mapping[str, np.ndarray]) -> tuple[tuple[str, str, tuple[int, ...]], ...]:

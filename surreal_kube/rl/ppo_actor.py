@@ -136,7 +136,7 @@ class PPOPolicy:
         x = np.asarray(x, dtype=np.float32)
         if self.whiten is not None:
             centre, inv_scale, clip = self.whiten
-            x = np.clip((x - centre) * inv_scale, -clip, clip)
+            x = clip_between((x - centre) * inv_scale, -clip, clip)
         out: np.ndarray = self.np_actor(x)
         return out
 
@@ -243,6 +243,8 @@ class PPOActor:
         )
         if not batched:
             return [a.act(o) for a, o in zip(actors, observations, strict=True)]
+        if len(observations) == 1:  # one environment per process: no stacking
+            return [actors[0]._act_on_mean(policy.forward(np.reshape(observations[0], -1)))]
         means = policy.forward(np.stack([np.reshape(o, -1) for o in observations]))
         return [a._act_on_mean(m) for a, m in zip(actors, means, strict=True)]
 
@@ -264,8 +266,7 @@ class PPOActor:
                 "extras": {},
             }
         if self._low is not None:
-            out: np.ndarray = np.clip(action, self._low, self._high).astype(np.float32)
-            return out
+            return clip_between(action, self._low, self._high).astype(np.float32, copy=False)
         return action
 
     @torch.inference_mode()
@@ -328,6 +329,13 @@ class PPOActor:
         if done:
             self.reset()
         return items
+
+
+def clip_between(x: np.ndarray, low: Any, high: Any) -> np.ndarray:
+    """`np.clip(x, low, high)`, the same numbers (NaN stays NaN) without its Python wrapper:
+    two ufuncs take 1.5 us where np.clip takes 3 to 4 (numpy 2), twice per step of every agent."""
+    out: np.ndarray = np.minimum(np.maximum(x, low), high)
+    return out
 
 
 def stamp_version(item: ArrayDict) -> None:

@@ -35,13 +35,13 @@ from typing import Any
 
 import numpy as np
 
-from surreal_kube.comm.experience import ON_POLICY_PIPE, ExperienceSender
+from surreal_kube.comm.experience import ExperienceSender, on_policy_pipe
 from surreal_kube.comm.parameters import FetchSchedule, ParameterClient
 from surreal_kube.experiment.algorithms import flush_iteration
 from surreal_kube.experiment.topology import collector
 from surreal_kube.runtime.base import RoleBase
 from surreal_kube.runtime.context import RoleContext
-from surreal_kube.runtime.layout import parameter_bytes_bound
+from surreal_kube.runtime.layout import item_layout, message_bytes, parameter_bytes_bound
 from surreal_kube.runtime.lifecycle import Every, Heartbeat, RateMeter, StopFlag
 from surreal_kube.runtime.reporter import AGENT_BUDGET_DONE, AGENT_ENV_STEPS
 from surreal_kube.runtime.status import ProgressFile
@@ -100,10 +100,11 @@ class AgentsRole(RoleBase):
             max_bytes=parameter_bytes_bound(spec, obs_space, action_space),
         )
         on_policy = spec.replay.kind == "fifo"
+        layout = item_layout(spec, obs_space, action_space)
         self.sender = ExperienceSender(
             [ctx.addr(collector(i)) for i in range(spec.replay.shards)],
             flush_iteration=flush_iteration(spec.algorithm, spec.agents.flush_iteration),
-            **(ON_POLICY_PIPE if on_policy else {}),
+            **(on_policy_pipe(message_bytes(spec, layout)) if on_policy else {}),
             timeout=spec.ps.timeout_seconds,
             source=ctx.process,
             wait_hook=self._wait_for_replay,

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 import gymnasium as gym
 import numpy as np
 
+from surreal_kube.experiment.algorithms import flush_iteration
 from surreal_kube.experiment.spec import ExperimentSpec
 from surreal_kube.runtime.context import RoleContext
 
@@ -186,6 +187,12 @@ def experience_bytes(spec: ExperimentSpec, layout: ItemLayout) -> int:
 
     items = 2 * flush_iteration(spec.algorithm, spec.agents.flush_iteration)
     return (items + ITEMS_PER_MESSAGE_SLACK) * layout.item_bytes + (64 << 10)
+
+
+def message_bytes(spec: ExperimentSpec, layout: ItemLayout) -> int:
+    """The arrays of one usual experience message: `flush_iteration` items (the depth of an
+    on-policy pipe is counted in these, `comm.experience.on_policy_pipe`)."""
+    return flush_iteration(spec.algorithm, spec.agents.flush_iteration) * layout.item_bytes
 
 
 def batch_bytes(spec: ExperimentSpec, layout: ItemLayout) -> int:

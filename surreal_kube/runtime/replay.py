@@ -31,7 +31,7 @@ from typing import Any, TypeGuard
 
 import zmq
 
-from surreal_kube.comm.experience import ON_POLICY_PIPE, ExperienceReceiver
+from surreal_kube.comm.experience import ExperienceReceiver, on_policy_pipe
 from surreal_kube.comm.sampling import DEFAULT_REQUEST_TTL, SamplerBroker, SampleServer
 from surreal_kube.experiment.topology import collector
 from surreal_kube.rl.replay import BatchStore, ColumnarRing, ItemBufferAdapter
@@ -44,6 +44,7 @@ from surreal_kube.runtime.layout import (
     batch_bytes,
     experience_bytes,
     item_layout,
+    message_bytes,
     request_bytes,
 )
 from surreal_kube.runtime.lifecycle import Every, RateMeter, StopFlag
@@ -167,7 +168,7 @@ class ReplayShard(RoleBase):
             ctx.bind(collector(ctx.index)),
             max_bytes=experience_bytes(ctx.spec, self.layout),
             accept=self._fits,
-            **(ON_POLICY_PIPE if spec.kind == "fifo" else {}),
+            **(on_policy_pipe(message_bytes(ctx.spec, self.layout)) if spec.kind == "fifo" else {}),
         )
         # Wait (briefly) for the load balancer, so the log says whether it is reachable.
         self.server = SampleServer(

@@ -18,12 +18,12 @@ import numpy as np
 import pytest
 import torch
 
-from surreal_kube.comm.experience import ON_POLICY_PIPE, ExperienceSender
+from surreal_kube.comm.experience import ExperienceSender, on_policy_pipe
 from surreal_kube.comm.parameters import ParameterPublisher
 from surreal_kube.comm.sampling import Prefetcher
 from surreal_kube.envs import env_spaces
 from surreal_kube.runtime.context import RoleContext
-from surreal_kube.runtime.layout import item_layout
+from surreal_kube.runtime.layout import item_layout, message_bytes
 from surreal_kube.runtime.status import write_atomic
 from surreal_kube.session.checkpoint import Checkpoint
 
@@ -38,20 +38,18 @@ def _slow_learner_and_fast_producer(run) -> tuple[list[int], dict, ExperienceSen
     """Run a producer thread flat out and a learner that takes 0.2 s per batch; lags seen."""
     version = [0]
     stop = threading.Event()
+    layout = item_layout(run.exp.spec, *env_spaces(run.exp.spec.env))
     sender = ExperienceSender(  # as an on-policy agent's (runtime.agent)
         [run.addr("replay-collector-0")],
         flush_iteration=1,
         timeout=5.0,
-        **ON_POLICY_PIPE,
+        **on_policy_pipe(message_bytes(run.exp.spec, layout)),
         source="agents-0",
         wait_hook=lambda waited: not stop.is_set(),
     )
 
     # an item as this experiment's agents send it (the shard takes nothing else)
-    item = {
-        k: v[0]
-        for k, v in item_layout(run.exp.spec, *env_spaces(run.exp.spec.env)).example(1).items()
-    }
+    item = {k: v[0] for k, v in layout.example(1).items()}
 
     def produce() -> None:
         steps = 0
@@ -107,7 +105,7 @@ def test_lag_stays_bounded_with_a_fast_producer_and_a_slow_learner(local_run, li
     if limiter == "on":
         # the producer was held back: it waited, and little of what it made was wasted: what
         # waits in the socket queues while the learner moves on goes stale, and on-policy pipes
-        # are one message deep (comm.experience.ON_POLICY_PIPE; with the default depths about
+        # are one message deep (comm.experience.on_policy_pipe; with the default depths about
         # half of it went stale)
         assert sender.waited_seconds > 0, sender.waited_seconds
         # and what the learner got was made during its last iteration: a batch asked for ahead,
