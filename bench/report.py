@@ -72,6 +72,37 @@ def _section(name: str, rows: list[dict[str, Any]], summary: str) -> list[str]:
     return out
 
 
+def _seed_table(details: Path) -> list[str]:
+    """The runs behind a protocol's medians (`<name>.details.json`, `runs`: one per task, side
+    and seed), so that the page gives each median with its range and every seed's figure."""
+    if not details.is_file():
+        return []
+    runs = json.loads(details.read_text()).get("runs") or []
+    keys = ("task", "who", "seed", "return")
+    if not runs or not all(isinstance(r, dict) and all(k in r for k in keys) for r in runs):
+        return []
+    out = ["Every seed of these medians (`" + details.name + "`):", ""]
+    out += ["| task | run | returns, by seed | median | range | env steps/s, median |"]
+    out += ["|---|---|---|---|---|---|"]
+    order = sorted({(r["task"], r["who"]) for r in runs}, key=lambda tw: (tw[0], tw[1] != "ours"))
+    for task, who in order:
+        mine = sorted((r for r in runs if r["task"] == task and r["who"] == who),
+                      key=lambda r: r["seed"])  # fmt: skip
+        returns = [float(r["return"]) for r in mine]
+        rates = [float(r.get("env_steps_per_s", float("nan"))) for r in mine]
+        by_seed = ", ".join(f"{r['seed']}: {_fmt(v)}" for r, v in zip(mine, returns, strict=True))
+        cells = [task, who, by_seed, _fmt(_median(returns)),
+                 f"{_fmt(min(returns))} to {_fmt(max(returns))}", _fmt(_median(rates))]  # fmt: skip
+        out.append("| " + " | ".join(cells) + " |")
+    return [*out, ""]
+
+
+def _median(values: list[float]) -> float:
+    ordered = sorted(values)
+    mid = len(ordered) // 2
+    return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
+
+
 def render(results: Path = RESULTS, bench: Path = BENCH) -> str:
     """The page for the JSONs under `results` and the benchmarks under `bench`."""
     scripts = {p.stem: p for p in sorted(bench.glob("*.py")) if p.stem not in NOT_BENCHMARKS}
@@ -85,6 +116,7 @@ def render(results: Path = RESULTS, bench: Path = BENCH) -> str:
         if not isinstance(rows, list) or not rows:
             raise SystemExit(f"{path}: expected a non-empty list of rows")
         lines += _section(name, rows, _summary(script))
+        lines += _seed_table(results / f"{name}.details.json")
         measured.append(name)
     missing = [n for n in scripts if n not in measured]
     if missing:

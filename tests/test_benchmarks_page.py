@@ -41,3 +41,23 @@ def test_each_figure_comes_with_its_date_and_machine(tmp_path: Path) -> None:
         "benchmark:\n\n- `python bench/beta.py`: Benchmark beta: what it measures.\n"
     )
     assert "common" not in page
+
+
+def test_a_protocol_shows_every_seed_with_median_and_range(tmp_path: Path) -> None:
+    bench, results = tmp_path / "bench", tmp_path / "results"
+    bench.mkdir()
+    results.mkdir()
+    (bench / "learning.py").write_text('"""Learning: three seeds."""\n')
+    row = {"metric": "m", "ours": 4000.0, "reference": 1000.0, "unit": "return", "ratio": 4.0}
+    (results / "learning.json").write_text(json.dumps([{**row, "better": "higher"}]))
+    runs = [
+        {"task": "ppo-ant", "who": who, "seed": seed, "return": ret, "env_steps_per_s": 10.0}
+        for who, rets in (("peer", (900.0, 1000.0, 1500.0)), ("ours", (4200.0, 3100.0, 4000.0)))
+        for seed, ret in enumerate(rets)
+    ]
+    (results / "learning.details.json").write_text(json.dumps({"runs": runs}))
+    page = report.render(results, bench)
+    ours = "| ppo-ant | ours | 0: 4,200, 1: 3,100, 2: 4,000 | 4,000 | 3,100 to 4,200 | 10 |"
+    peer = "| ppo-ant | peer | 0: 900, 1: 1,000, 2: 1,500 | 1,000 | 900 to 1,500 | 10 |"
+    assert ours in page and peer in page
+    assert page.index(ours) < page.index(peer)
