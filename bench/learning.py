@@ -1,4 +1,4 @@
-"""Benchmark of the learning core: single-process PPO against Stable-Baselines3, same run.
+"""Benchmark of learning: ours against fair peers over 3 seeds, and the single-process core.
 
     python bench/learning.py [--quick] [--gpu]
 
@@ -27,10 +27,10 @@ cores: rl-zoo's PPO settings with 2 environment processes; TD3 with Gaussian noi
 same estimator (the mean of the last 10 evaluations of 5 deterministic episodes, one every 10 s:
 ours by its evaluator during the run, the peer's from policy snapshots after it, so that they
 take none of its training time), 3 seeds each (`--seeds`), interleaved seed by seed. The table
-gives the medians; the ranges are printed and every run is kept in
-bench/results/learning.details.json. The earlier "8 agents vs 2" row is gone: on 2 cores both
-ran on the same cores, so it scaled nothing. These need a quiet machine: on a shared one they
-measure the neighbours. Writes bench/results/learning.json.
+gives the medians; every run is kept in bench/results/learning.details.json, and the docs page
+shows each seed, the median and the range (`bench/report.py`). The earlier "8 agents vs 2" row
+is gone: on 2 cores both ran on the same cores, so it scaled nothing. These need a quiet
+machine: on a shared one they measure the neighbours. Writes bench/results/learning.json.
 """
 
 from __future__ import annotations
