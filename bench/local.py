@@ -153,8 +153,8 @@ def local_experiment(warmup_timeout: float, window: float, total: float | None) 
                 splits[k] = splits.get(k, 0.0) + float(v)
         out["time_split"] = splits
         if total:
-            # the whole run after start-up, not its first minute: the rate moves as the policy
-            # does (bench/learning.py's 600 s runs average more than their first window)
+            # the whole run after start-up, not its first minute: what the single-process
+            # trainer's row and bench/learning.py's runs report too
             last = (s1, t1)
             while json.loads((folder / "state.json").read_text()).get("phase") in (
                 "Starting",
