@@ -15,6 +15,8 @@ Everything waits on events (files, sockets); nothing asserts a duration.
 from __future__ import annotations
 
 import json
+import os
+import signal
 import socket
 import subprocess
 import sys
@@ -113,7 +115,9 @@ class Peer:
     def addr(self, name: str) -> str:
         return f"tcp://127.0.0.1:{self.ports[name]}"
 
-    def sock(self, kind: int, name: str, **options: int | bytes) -> zmq.Socket[bytes]:
+    def sock(
+        self, kind: int, name: str, connect: bool = True, **options: int | bytes
+    ) -> zmq.Socket[bytes]:
         s = self.ctx.socket(kind)
         s.setsockopt(zmq.LINGER, 2000)  # what was sent gets there before close
         if self.keys is not None:
@@ -122,7 +126,8 @@ class Peer:
             s.curve_secretkey = self.keys["secret"]
         for key, value in options.items():
             s.setsockopt(getattr(zmq, key), value)
-        s.connect(self.addr(name))
+        if connect:
+            s.connect(self.addr(name))
         self.socks.append(s)
         return s
 
@@ -226,15 +231,34 @@ def fake_replay_shard(peer: Peer) -> int:
     return answered
 
 
-def fake_parameter_server(peer: Peer) -> int:
+def joined(peer: Peer, kind: int, name: str, timeout: float = 30.0) -> zmq.Socket[bytes]:
+    """A socket of the peer's connected to `name`, once its ZMTP (CURVE) handshake is done."""
+    from zmq.utils.monitor import recv_monitor_message
+
+    sock = peer.sock(kind, name, connect=False)
+    monitor = sock.get_monitor_socket(zmq.EVENT_HANDSHAKE_SUCCEEDED)
+    try:
+        sock.connect(peer.addr(name))
+        assert monitor.poll(int(timeout * 1000)), f"no handshake with {name}"
+        recv_monitor_message(monitor)
+    finally:
+        sock.disable_monitor()
+        monitor.close(0)
+    return sock
+
+
+def fake_parameter_server(peer: Peer, agent_pid: int) -> int:
     """Join the parameter server's backend as shards and serve forged parameters (a hash that
     does not match, or another model's with a matching one); how many fetchers it answered.
 
     The frontend deals fetches round-robin over its shards, so the stranger joins as three
     shards of the four and answers eight fetches: the agent fetches at every episode start (tens
     a second here), the eval once an evaluation, so most go to the agent, which must refuse
-    them. ROUTERs, not REPs, so the envelope names the fetcher."""
-    fakes = [peer.sock(zmq.ROUTER, "ps-backend") for _ in range(3)]
+    them. ROUTERs, not REPs, so the envelope names the fetcher. The agent, held with SIGSTOP
+    by the caller, goes on once the three are joined: it cannot take its whole step budget
+    before they serve it, however fast it steps."""
+    fakes = [joined(peer, zmq.ROUTER, "ps-backend") for _ in range(3)]
+    os.kill(agent_pid, signal.SIGCONT)
     poller = zmq.Poller()
     for fake in fakes:
         poller.register(fake, zmq.POLLIN)
@@ -318,16 +342,22 @@ def test_a_hostile_peer_cannot_crash_stall_or_end_a_running_experiment(experimen
     ports = {name: int(port) for name, port in before["ports"].items()}
 
     peer = Peer({k: v for k, v in ports.items() if k != "tensorboard"}, folder / "curve.key")
+    # CI's agent stepped CartPole at 8,700 steps/s and took its whole budget during the attacks
+    # before the fake parameter server: it fetched no more, and only the eval met the forgeries.
+    # So the agent is held (SIGSTOP; nothing local restarts a silent process) until the fake
+    # server is joined, and its budget cannot run out first.
+    os.kill(pids["agents-0"], signal.SIGSTOP)
     try:
         raw_garbage(ports)
         attack_experience(peer, folder)
         attack_sampler(peer)
         attack_parameters(peer)
         attack_metrics_and_logs(peer)
-        assert fake_parameter_server(peer) >= 1  # the agent fetched from it (see below)
+        assert fake_parameter_server(peer, pids["agents-0"]) >= 1  # the agent fetched from it
         assert fake_replay_shard(peer) >= 1  # the learner's requests reached it
         attacked_at = iteration(folder)
     finally:
+        os.kill(pids["agents-0"], signal.SIGCONT)
         peer.close()
 
     # the learner keeps learning, and nobody died or restarted
