@@ -45,11 +45,17 @@ COMPONENT_READS: dict[str, tuple[str, ...]] = {
     ),
     "loggerplex": ("session",),
     "tensorboard": ("session",),
+    "replay-shard": ("algorithm", "env", "replay", "session"),
+    "ps-shard": ("ps", "session"),
 }
 """Sections of `spec` (or `section.field`) each component's processes read."""
 
 SCALE_FIELDS: dict[str, str] = {"agents": "count", "evals": "count"}
 """Replica counts: applied by scaling a StatefulSet, never by restarting its pods."""
+LAYOUT_FIELDS: dict[str, str] = {"replay": "layout", "ps": "layout"}
+"""Whether shards are containers or pods: it decides the objects, not what a process does (a
+shard reads its addresses from its environment), so like `resources` it is in no digest: a
+changed layout is new workloads, and a new field's default changes no running pod's digest."""
 
 assert set(COMPONENT_READS) == set(COMPONENTS), "every component declares what it reads"
 
@@ -63,8 +69,9 @@ def read_sections(exp: Experiment, component: str) -> dict[str, Any]:
         value = spec[section]
         if field:
             value = value[_snake(field)]
-        elif section in SCALE_FIELDS:
-            value = {k: v for k, v in value.items() if k != SCALE_FIELDS[section]}
+        else:
+            left_out = (SCALE_FIELDS.get(section), LAYOUT_FIELDS.get(section))
+            value = {k: v for k, v in value.items() if k not in left_out}
         out[entry] = value
     return out
 
@@ -82,7 +89,8 @@ def config_digest(exp: Experiment, component: str) -> str:
 def changed_components(old: Experiment, new: Experiment) -> dict[str, list[str]]:
     """Components whose processes must restart to see `new`, each with the sections that changed."""
     out: dict[str, list[str]] = {}
-    for component in COMPONENTS:
+    present = {g.component for e in (old, new) for g in e.topology.groups}
+    for component in (c for c in COMPONENTS if c in present):
         before, after = read_sections(old, component), read_sections(new, component)
         changed = sorted(s for s in after if before.get(s) != after[s])
         if changed:

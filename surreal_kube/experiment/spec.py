@@ -29,6 +29,18 @@ COMPONENTS = (
     "tensorplex",
     "loggerplex",
     "tensorboard",
+    "replay-shard",
+    "ps-shard",
+)
+"""Every component: what the spec's resources and placement are keyed by. A shard is a
+component of its own only where it is a pod of its own (`layout: pods`); in the default layout
+it is a container of its service's pod, inside that pod's resources."""
+
+ShardLayout = Literal["containers", "pods"]
+_LAYOUT_HELP = (
+    "containers: the shards are containers of one pod, which they share (one node, that pod's "
+    "resources); pods: each shard is a pod of its own (a StatefulSet `<exp>-{shard}`, "
+    "resources.{shard} each), which the scheduler spreads over nodes"
 )
 
 
@@ -147,6 +159,7 @@ class ReplaySpec(SpecModel):
         "fifo", description="fifo (on-policy), uniform ring buffer, or prioritized proportional"
     )
     shards: int = Field(1, ge=1, le=64, description="replay shards behind the load balancer")
+    layout: ShardLayout = Field("containers", description=_LAYOUT_HELP.format(shard="replay-shard"))
     capacity: int = Field(
         4096, ge=1, description="items (sub-trajectories or transitions) held per shard"
     )
@@ -179,6 +192,7 @@ class PSSpec(SpecModel):
     """The parameter server: N replicas behind one proxy."""
 
     shards: int = Field(1, ge=1, le=64, description="parameter-server shards behind the proxy")
+    layout: ShardLayout = Field("containers", description=_LAYOUT_HELP.format(shard="ps-shard"))
     timeout_seconds: float = Field(2.0, gt=0, description="client fetch timeout before rebuild")
 
 
@@ -235,6 +249,15 @@ def _default_resources() -> dict[str, Resources]:
         "tensorplex": small,
         "loggerplex": small,
         "tensorboard": small,
+    }
+
+
+def _shard_resources() -> dict[str, Resources]:
+    """What a shard pod asks for (`layout: pods`) when the spec says nothing: what its
+    service's pod asks for in the one-pod layout, now for each shard."""
+    return {
+        "replay-shard": Resources(cpu="1", memory="2Gi"),
+        "ps-shard": Resources(cpu="250m", memory="512Mi"),
     }
 
 
@@ -399,7 +422,10 @@ class ExperimentSpec(SpecModel):
 
     def component_resources(self, component: str) -> Resources:
         """Resources of a component, the spec's own or the built-in default."""
-        return self.resources.get(component) or _default_resources()[component]
+        return (
+            self.resources.get(component)
+            or {**_default_resources(), **_shard_resources()}[component]
+        )
 
 
 class Metadata(SpecModel):

@@ -7,6 +7,12 @@ nowhere else.
 
 A `Group` is a host: processes in one replica of a group share a network namespace (a pod, or this
 machine for the local backend), so they reach each other's pod-scoped endpoints on 127.0.0.1.
+
+Shards (replay, parameter server) are containers of their service's group by default; with
+`layout: pods` they are a replicated group of their own (`replay-shard`, `ps-shard`: one pod per
+shard, like agents), and what joins them to their service becomes a cluster endpoint. An
+endpoint's scope is therefore derived from the graph (`Topology.scope`): one declared `pod` is
+bound on loopback only while every process that connects to it shares the binder's host.
 """
 
 from __future__ import annotations
@@ -36,7 +42,8 @@ class Endpoint:
     port: int
     """Container port on Kubernetes; the local backend allocates its own."""
     scope: Scope
-    """`pod`: only processes of the same group connect (shard backends); `cluster`: a Service."""
+    """`pod`: meant for processes of the same group (shard backends; `Topology.scope` makes it
+    `cluster` where the shards are pods of their own); `cluster`: a Service."""
 
     @property
     def env_key(self) -> str:
@@ -127,16 +134,9 @@ class Group:
     roles: tuple[str, ...]
     """Roles of the processes in one replica (containers of one pod), the first is the main one."""
     processes: tuple[Process, ...]
-
-    @property
-    def replicated(self) -> bool:
-        """True for agents and evals: one pod per replica, ids from the pod's ordinal."""
-        return self.name in ("agents", "evals")
-
-    @property
-    def exposed(self) -> tuple[str, ...]:
-        """Cluster-scope endpoints bound in this group: the ports of its Service."""
-        return tuple(e for p in self.processes for e in p.binds if endpoint(e).scope == "cluster")
+    replicated: bool = False
+    """One pod per process, its index the pod's ordinal, process `<group>-<index>` (agents,
+    evals, shards laid out as pods): a StatefulSet on Kubernetes."""
 
 
 @dataclass(frozen=True)
@@ -160,6 +160,17 @@ class Topology:
     groups: tuple[Group, ...]
     binders: Mapping[str, str] = field(default_factory=dict)
     """Endpoint name -> name of the process that binds it."""
+    scopes: Mapping[str, Scope] = field(default_factory=dict)
+    """Endpoint name -> its scope in this graph (see `scope`)."""
+
+    def scope(self, name: str) -> Scope:
+        """`pod` when every process connecting to endpoint `name` shares its binder's host (a
+        replica of the same group that is not replicated), else `cluster`."""
+        return self.scopes.get(name) or endpoint(name).scope
+
+    def exposed(self, group: Group) -> tuple[str, ...]:
+        """Cluster-scope endpoints bound in `group`: the ports of its Service."""
+        return tuple(e for p in group.processes for e in p.binds if self.scope(e) == "cluster")
 
     @property
     def processes(self) -> tuple[Process, ...]:
@@ -217,18 +228,29 @@ class Topology:
 
     def addresses_kube(self, namespace: str, domain: str = "cluster.local") -> dict[str, Address]:
         """Addresses on Kubernetes: cluster endpoints through the group's Service DNS name, bound
-        on every interface (the NetworkPolicy is their boundary); pod-scoped ones on loopback."""
+        on every interface (the NetworkPolicy is their boundary); pod-scoped ones on loopback.
+
+        A replicated group's process is dialled at its own pod's name under the group's
+        headless Service (`<exp>-replay-shard-3.<exp>-replay-shard.<ns>.svc`), and binds what
+        the first replica binds on the same port: one pod template serves every replica."""
         book: dict[str, Address] = {}
         for name, binder in self.binders.items():
             ep = endpoint(name)
-            group = self.process(binder).group
+            process = self.process(binder)
+            group = self.group_of(process)
             scheme = "tcp" if ep.protocol == "zmq" else "http"
-            if ep.scope == "cluster":
-                listen, dns = "0.0.0.0", f"{self.experiment}-{group}.{namespace}.svc.{domain}"
+            host, port = group.name, ep.port
+            service = f"{self.experiment}-{group.name}.{namespace}.svc.{domain}"
+            if group.replicated:
+                port = endpoint(group.processes[0].binds[process.binds.index(name)]).port
+                host = f"{group.name}-{process.index}"
+                service = f"{self.experiment}-{host}.{service}"
+            if self.scope(name) == "cluster":
+                listen, dns = "0.0.0.0", service
             else:  # between the containers of one pod: nothing outside it can even try
                 listen = dns = "127.0.0.1"
             book[name] = Address(
-                f"{scheme}://{listen}:{ep.port}", f"{scheme}://{dns}:{ep.port}", group, ep.port
+                f"{scheme}://{listen}:{port}", f"{scheme}://{dns}:{port}", host, port
             )
         check_ports(book)
         return book
@@ -284,45 +306,24 @@ def build_topology(name: str, spec: ExperimentSpec) -> Topology:
     )
 
     shards = spec.replay.shards
-    replay_procs = [
-        Process(
+    groups.extend(
+        _sharded(
             "replay",
-            "replay",
-            "replay",
-            0,
-            (),
             ("replay-sampler", "replay-sampler-backend"),
-            _METRICS,
-        )
-    ] + [
-        Process(
-            f"replay-shard-{i}",
             "replay-shard",
-            "replay",
-            i,
-            (),
-            (collector(i),),
-            ("replay-sampler-backend", *_METRICS),
+            [((collector(i),), ("replay-sampler-backend", *_METRICS)) for i in range(shards)],
+            spec.replay.layout,
         )
-        for i in range(shards)
-    ]
-    groups.append(
-        Group("replay", "replay", 1, tuple(p.role for p in replay_procs), tuple(replay_procs))
     )
-
-    ps_procs = [Process("ps", "ps", "ps", 0, (), ("ps-serve", "ps-backend"), _METRICS)] + [
-        Process(
-            f"ps-shard-{i}",
-            "ps-shard",
+    groups.extend(
+        _sharded(
             "ps",
-            i,
-            (),
-            (),
-            ("parameter-publish", "ps-backend", *_METRICS),
+            ("ps-serve", "ps-backend"),
+            "ps-shard",
+            [((), ("parameter-publish", "ps-backend", *_METRICS))] * spec.ps.shards,
+            spec.ps.layout,
         )
-        for i in range(spec.ps.shards)
-    ]
-    groups.append(Group("ps", "ps", 1, tuple(p.role for p in ps_procs), tuple(ps_procs)))
+    )
 
     groups.append(single("tensorplex", "tensorplex", "tensorplex", ("tensorplex",), ()))
     groups.append(single("loggerplex", "loggerplex", "loggerplex", ("loggerplex",), ()))
@@ -342,18 +343,58 @@ def build_topology(name: str, spec: ExperimentSpec) -> Topology:
         )
         for g in range(spec.agents.groups)
     )
-    groups.append(Group("agents", "agent", len(agent_procs), ("agents",), agent_procs))
+    groups.append(Group("agents", "agent", len(agent_procs), ("agents",), agent_procs, True))
 
     if spec.evals.count:
         eval_procs = tuple(
             Process(f"evals-{i}", "eval", "evals", i, (), (), ("ps-serve", *_METRICS))
             for i in range(spec.evals.count)
         )
-        groups.append(Group("evals", "eval", len(eval_procs), ("eval",), eval_procs))
+        groups.append(Group("evals", "eval", len(eval_procs), ("eval",), eval_procs, True))
 
     topo = Topology(name, tuple(groups))
     binders = _check_graph(topo)
-    return Topology(name, tuple(groups), binders)
+    return Topology(name, tuple(groups), binders, _scopes(topo, binders))
+
+
+def _sharded(
+    service: str,
+    binds: tuple[str, ...],
+    shard_role: str,
+    shards: list[tuple[tuple[str, ...], tuple[str, ...]]],
+    layout: str,
+) -> list[Group]:
+    """A service's front process and its shards ((binds, connects) each): one group whose pod
+    holds them all (`containers`), or the front's group and a replicated group of shard pods
+    (`pods`), the shards' processes named `<shard_role>-<i>` either way."""
+    front = Process(service, service, service, 0, (), binds, _METRICS)
+    shard_group = service if layout == "containers" else shard_role
+    procs = [
+        Process(f"{shard_role}-{i}", shard_role, shard_group, i, (), b, c)
+        for i, (b, c) in enumerate(shards)
+    ]
+    if layout == "containers":
+        everyone = (front, *procs)
+        return [Group(service, service, 1, tuple(p.role for p in everyone), everyone)]
+    return [
+        Group(service, service, 1, (service,), (front,)),
+        Group(shard_role, shard_role, len(procs), (shard_role,), tuple(procs), True),
+    ]
+
+
+def _scopes(topo: Topology, binders: Mapping[str, str]) -> dict[str, Scope]:
+    """Each endpoint's scope in this graph: a `pod` one that some process dials from another
+    host (a shard pod dialling its service's backend) is `cluster` here."""
+    host: dict[str, str] = {}
+    for g in topo.groups:
+        for p in g.processes:
+            host[p.name] = f"{g.name}-{p.index}" if g.replicated else g.name
+    scopes: dict[str, Scope] = {name: endpoint(name).scope for name in binders}
+    for p in topo.processes:
+        for e in p.connects:
+            if scopes[e] == "pod" and host[binders[e]] != host[p.name]:
+                scopes[e] = "cluster"
+    return scopes
 
 
 def _check_graph(topo: Topology) -> dict[str, str]:
@@ -380,6 +421,4 @@ def _check_graph(topo: Topology) -> dict[str, str]:
         for e in p.connects:
             if e not in binders:
                 raise TopologyError(f"{p.name} connects to {e!r}, which no process binds")
-            if endpoint(e).scope == "pod" and topo.process(binders[e]).group != p.group:
-                raise TopologyError(f"{p.name} connects to pod-scoped {e!r} from another group")
     return binders

@@ -24,7 +24,10 @@ def test_no_file_is_a_complete_experiment() -> None:
     assert spec.algorithm.epochs_policy == 10 and spec.algorithm.epochs_baseline == 10
     assert (spec.algorithm.horizon, spec.algorithm.stride) == (25, 20)
     assert spec.replay.kind == "fifo"
-    assert set(spec.resources) == set(COMPONENTS)
+    # every component of the default graph has its resources written out; shard pods exist
+    # only with `layout: pods`, and their defaults apply when they do
+    assert set(spec.resources) == {g.component for g in exp.topology.groups}
+    assert set(spec.resources) | {"replay-shard", "ps-shard"} == set(COMPONENTS)
 
 
 def test_ddpg_defaults_follow_the_reference() -> None:

@@ -82,12 +82,12 @@ def test_binds_and_connects(topo) -> None:
         "loggerplex": "loggerplex",
         "tensorboard": "tensorboard",
     }
-    assert topo.group("replay").exposed == (
+    assert topo.exposed(topo.group("replay")) == (
         "replay-sampler",
         "replay-collector-0",
         "replay-collector-1",
     )
-    assert topo.group("agents").exposed == ()
+    assert topo.exposed(topo.group("agents")) == ()
 
 
 def test_environment_local(topo) -> None:
@@ -208,3 +208,38 @@ def test_pod_scoped_endpoints_bind_loopback_on_kubernetes() -> None:
         else:
             assert address.bind.split("://")[1].startswith("127.0.0.1:"), name
             assert address.connect.split("://")[1].startswith("127.0.0.1:"), name
+
+
+def test_shards_as_pods_are_groups_of_their_own_and_their_backends_cluster_endpoints() -> None:
+    exp = resolve_experiment(
+        "exp",
+        sets=["replay.shards=3", "replay.layout=pods", "ps.shards=2", "ps.layout=pods"],
+    )
+    topo = exp.topology
+    assert [(g.name, g.component, g.replicas, g.replicated, g.roles) for g in topo.groups][:5] == [
+        ("learner", "learner", 1, False, ("learner",)),
+        ("replay", "replay", 1, False, ("replay",)),
+        ("replay-shard", "replay-shard", 3, True, ("replay-shard",)),
+        ("ps", "ps", 1, False, ("ps",)),
+        ("ps-shard", "ps-shard", 2, True, ("ps-shard",)),
+    ]
+    # the process names are the same in both layouts: logs, status files and metric sources
+    assert [p.name for p in topo.group("replay-shard").processes] == [
+        "replay-shard-0",
+        "replay-shard-1",
+        "replay-shard-2",
+    ]
+    assert topo.scope("replay-sampler-backend") == "cluster"
+    assert topo.scope("ps-backend") == "cluster"
+    assert topo.exposed(topo.group("replay")) == ("replay-sampler", "replay-sampler-backend")
+    book = topo.addresses_kube("ns")
+    assert book["replay-collector-2"] == Address(
+        "tcp://0.0.0.0:7100",
+        "tcp://exp-replay-shard-2.exp-replay-shard.ns.svc.cluster.local:7100",
+        "replay-shard-2",
+        7100,
+    )
+    # the default layout keeps the backends inside the pod, on loopback
+    one_pod = resolve_experiment("exp", sets=["replay.shards=3", "ps.shards=2"]).topology
+    assert one_pod.scope("replay-sampler-backend") == "pod" == one_pod.scope("ps-backend")
+    assert one_pod.addresses_kube("ns")["ps-backend"].bind == "tcp://127.0.0.1:7021"

@@ -10,6 +10,7 @@ import yaml
 
 from surreal_kube.errors import SpecError
 from surreal_kube.experiment.resolve import resolve_experiment, to_document
+from surreal_kube.experiment.spec import COMPONENTS
 from surreal_kube.launch.kube.render import crd
 from surreal_kube.launch.kube.render.custom_resource import experiment_object, resolve_object
 
@@ -72,7 +73,7 @@ def test_schema_says_what_the_spec_says() -> None:
     kwargs = spec["properties"]["env"]["properties"]["kwargs"]
     assert kwargs["maxProperties"] == 64
     for key in ("resources", "placement"):
-        assert spec["properties"][key]["maxProperties"] == 8
+        assert spec["properties"][key]["maxProperties"] == len(COMPONENTS) == 10
         assert (
             "unknown component" in spec["properties"][key]["x-kubernetes-validations"][0]["message"]
         )

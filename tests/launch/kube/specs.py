@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from surreal_kube.experiment.resolve import resolve_experiment
-from surreal_kube.experiment.spec import Experiment
+from surreal_kube.experiment.spec import COMPONENTS, Experiment
 from surreal_kube.experiment.topology import ENDPOINTS, Endpoint, collector, endpoint
 
 IMAGES = {
@@ -22,16 +22,13 @@ MATRIX: dict[str, list[str]] = {
     ],
     "thousand-agents": ["agents.count=1000", "evals.count=4"],
     "ddpg-three-replay-shards": ["algorithm.name=ddpg", "replay.shards=3", "ps.shards=2"],
+    "shard-pods": ["replay.shards=4", "replay.layout=pods", "ps.shards=2", "ps.layout=pods"],
 }
 """name -> --set overrides. 'eight-agents-batch4-gpu': two agent pods of four agents, one GPU each
 (2 GPUs for the agents), plus a GPU learner."""
 
-TINY = [
-    f"resources.{c}.cpu=10m"
-    for c in ("learner", "agent", "eval", "replay", "ps", "tensorplex", "loggerplex", "tensorboard")
-] + [
-    f"resources.{c}.memory=16Mi"
-    for c in ("learner", "agent", "eval", "replay", "ps", "tensorplex", "loggerplex", "tensorboard")
+TINY = [f"resources.{c}.cpu=10m" for c in COMPONENTS] + [
+    f"resources.{c}.memory=16Mi" for c in COMPONENTS
 ]
 """Overrides that shrink every pod, so that 1000 agents fit the test cluster's simulated nodes."""
 

@@ -55,6 +55,23 @@ def test_each_component_runs_at_its_profiles_priority() -> None:
     assert got["exp-prio-ps"] is None  # not named: the cluster's default class
 
 
+def test_shard_pods_run_at_their_services_priority_unless_named() -> None:
+    exp = resolve_experiment(
+        "exp-prio", sets=["replay.layout=pods", "replay.shards=2", "ps.layout=pods"]
+    )
+    classes = {**CLASSES, "ps": "surreal-test-state", "ps-shard": "surreal-test-workers"}
+    plan = make_plan(
+        exp, "rl", profile=profile_from_dict({"priorityClasses": classes}), images={"cpu": "c"}
+    )
+    got = {
+        o["metadata"]["name"]: o["spec"]["template"]["spec"].get("priorityClassName")
+        for o in plan.objects
+        if o["kind"] == "StatefulSet"
+    }
+    assert got["exp-prio-replay-shard"] == "surreal-test-state"  # the replay's
+    assert got["exp-prio-ps-shard"] == "surreal-test-workers"  # its own
+
+
 def test_a_priority_for_no_component_is_refused() -> None:
     with pytest.raises(SpecError, match=r"priorityClasses: .*unknown component 'agents'"):
         profile_from_dict({"priorityClasses": {"agents": "low"}})

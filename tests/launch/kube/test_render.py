@@ -279,11 +279,17 @@ def test_every_connect_address_is_a_service_selecting_its_binder(case: str) -> N
                 continue
             endpoint = endpoint_of_variable(var)
             host, port = entry["value"].split("://")[1].rsplit(":", 1)
-            binder = topo.group_of(topo.process(topo.binders[endpoint.name]))
-            if endpoint.scope == "pod":
+            process = topo.process(topo.binders[endpoint.name])
+            binder = topo.group_of(process)
+            if topo.scope(endpoint.name) == "pod":
                 assert host == "127.0.0.1"
                 continue
-            service_name, ns, *_ = host.split(".")
+            labels = host.split(".")
+            if binder.replicated:  # a shard pod: <pod>.<headless service>.<ns>.svc...
+                pod, *labels = labels
+                assert pod == f"exp-matrix-{binder.name}-{process.index}"
+                assert process.index < binder.replicas
+            service_name, ns, *_ = labels
             assert (ns, host.endswith(".svc.cluster.local")) == ("rl", True)
             service = services[service_name]
             assert int(port) in [p["port"] for p in service["spec"]["ports"]]
@@ -322,6 +328,61 @@ def test_statefulset_index_comes_from_the_pod_ordinal() -> None:
         if o["kind"] == "Service" and o["metadata"]["name"] == "exp-matrix-agents"
     ]
     assert headless["spec"]["clusterIP"] == "None"
+
+
+def test_shards_as_pods_are_statefulsets_dialled_by_pod_name() -> None:
+    """`layout: pods`: each shard a pod of its own, with its own resources, spread over nodes,
+    guarded by a disruption budget; its service's backend becomes a cluster endpoint."""
+    exp = experiment("shard-pods", extra=["resources.replay-shard.cpu=3"])
+    objects = render_experiment(exp, "rl", images=IMAGES)
+    by_name = {w["metadata"]["name"]: w for w in workloads(objects)}
+    shards = by_name["exp-matrix-replay-shard"]
+    assert shards["kind"] == "StatefulSet" and shards["spec"]["replicas"] == 4
+    assert shards["spec"]["serviceName"] == "exp-matrix-replay-shard"
+    pod = shards["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    assert container["resources"]["requests"]["cpu"] == "3"  # not a share of the replay pod's
+    env = env_of(container)
+    assert env["SURREAL_PROCESS"]["value"] == "replay-shard-$(SURREAL_INDEX)"
+    # one template for every shard: each finds its own collector's bind, all on one port
+    for i in range(4):
+        assert env[f"SURREAL_REPLAY_COLLECTOR_{i}_BIND"]["value"] == "tcp://0.0.0.0:7100"
+    assert env["SURREAL_REPLAY_SAMPLER_BACKEND_ADDR"]["value"] == (
+        "tcp://exp-matrix-replay.rl.svc.cluster.local:7013"
+    )
+    assert [p["containerPort"] for p in container["ports"]] == [7100]
+    (spread,) = pod["topologySpreadConstraints"]
+    assert spread["topologyKey"] == "kubernetes.io/hostname" and spread["maxSkew"] == 1
+    assert spread["labelSelector"]["matchLabels"] == shards["spec"]["selector"]["matchLabels"]
+    # the front pods hold one container each now, the backend on every interface
+    (broker,) = by_name["exp-matrix-replay"]["spec"]["template"]["spec"]["containers"]
+    assert env_of(broker)["SURREAL_REPLAY_SAMPLER_BACKEND_BIND"]["value"] == "tcp://0.0.0.0:7013"
+    (proxy,) = by_name["exp-matrix-ps"]["spec"]["template"]["spec"]["containers"]
+    assert env_of(proxy)["SURREAL_PS_BACKEND_BIND"]["value"] == "tcp://0.0.0.0:7021"
+    ps_shard = env_of(by_name["exp-matrix-ps-shard"]["spec"]["template"]["spec"]["containers"][0])
+    assert ps_shard["SURREAL_PS_BACKEND_ADDR"]["value"] == (
+        "tcp://exp-matrix-ps.rl.svc.cluster.local:7021"
+    )
+    # agents dial every shard at its own pod's name
+    agent = env_of(by_name["exp-matrix-agents"]["spec"]["template"]["spec"]["containers"][0])
+    for i in range(4):
+        assert agent[f"SURREAL_REPLAY_COLLECTOR_{i}_ADDR"]["value"] == (
+            f"tcp://exp-matrix-replay-shard-{i}.exp-matrix-replay-shard.rl.svc.cluster.local:7100"
+        )
+    kinds = {(o["kind"], o["metadata"]["name"]): o for o in objects}
+    headless = kinds[("Service", "exp-matrix-replay-shard")]["spec"]
+    assert headless["clusterIP"] == "None" and headless["publishNotReadyAddresses"] is True
+    assert [p["port"] for p in headless["ports"]] == [7100]
+    budget = kinds[("PodDisruptionBudget", "exp-matrix-replay-shard")]["spec"]
+    assert budget["minAvailable"] == 4
+    assert kinds[("PodDisruptionBudget", "exp-matrix-ps-shard")]["spec"]["minAvailable"] == 2
+    policy = kinds[("NetworkPolicy", "exp-matrix-replay-shard")]["spec"]
+    assert [p["port"] for rule in policy["ingress"] for p in rule["ports"]] == [7100]
+    ps_policy = kinds[("NetworkPolicy", "exp-matrix-replay")]["spec"]
+    assert sorted(p["port"] for rule in ps_policy["ingress"] for p in rule["ports"]) == [
+        7011,
+        7013,
+    ]
 
 
 def test_multi_process_pods_have_one_container_per_process() -> None:

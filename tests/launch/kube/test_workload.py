@@ -62,6 +62,16 @@ def test_more_pod_sets_than_kueue_takes_is_a_clear_error() -> None:
         workload.workload_object("exp-q", "team-a", many, OWNER)
 
 
+def test_shards_as_pods_with_a_queue_are_refused_with_the_way_out() -> None:
+    objects = rendered("replay.layout=pods", "ps.layout=pods")
+    with pytest.raises(
+        SpecError,
+        match=r"has 10 \(learner, replay, replay-shard, ps, ps-shard, .*"
+        r"'containers' keeps the shards in their service's pod",
+    ):
+        workload.workload_object("exp-q", "team-a", objects, OWNER)
+
+
 def test_kueues_verdict_and_its_reason() -> None:
     assert not workload.is_admitted(None)
     assert workload.waiting_reason(None, "team-a") == (

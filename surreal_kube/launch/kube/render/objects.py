@@ -97,14 +97,20 @@ carried the label, the first scheduled picked the node (a pod matching its own r
 may go anywhere) and the learner could stay Pending for good beside a small tensorplex."""
 HOSTNAME_TOPOLOGY = "kubernetes.io/hostname"
 SAFE_TO_EVICT_ANNOTATION = "cluster-autoscaler.kubernetes.io/safe-to-evict"
-DISRUPTION_GUARDED = ("learner", "replay", "ps")
+DISRUPTION_GUARDED = ("learner", "replay", "ps", "replay-shard", "ps-shard")
 """Groups with a PodDisruptionBudget: the learner (its optimizer state since the last
-checkpoint), the replay (its whole buffer) and the parameter server (every agent's source).
+checkpoint), the replay (its whole buffer) and the parameter server (every agent's source),
+and their shards where those are pods of their own.
 Their `safe-to-evict: false` stops only the cluster autoscaler, not a drain; a budget stops
 both. Agents and evals are many and stateless: a drain may take them."""
-PINNED_COMPONENTS = ("learner", "replay")
+PINNED_COMPONENTS = ("learner", "replay", "replay-shard")
 """Pods the cluster autoscaler must not evict to shrink a node: the learner loses every
 update since its last checkpoint, a replay shard the experience it holds; agent pods move freely."""
+SHARD_SERVICES = {"replay-shard": "replay", "ps-shard": "ps"}
+"""The service each shard pod serves (`layout: pods`): what it inherits unless set for it."""
+SPREAD_COMPONENTS = tuple(SHARD_SERVICES)
+"""Shards laid out as pods: spread over nodes (a topology spread constraint, soft), since
+capacity beyond one node's is why they are pods."""
 HEARTBEAT_ENV = "SURREAL_HEARTBEAT_FILE"
 """Where a role with a liveness probe touches its heartbeat (runtime.lifecycle.Heartbeat)."""
 LIVENESS_ROLES = ("learner", "agents", "eval")
@@ -423,7 +429,9 @@ RELEASE_ORDER = (
     "evals",
     "learner",
     "replay",
+    "replay-shard",
     "ps",
+    "ps-shard",
     "tensorboard",
     "loggerplex",
     "tensorplex",
@@ -518,11 +526,12 @@ class _Context:
 
     def services(self, group: Group) -> list[dict[str, Any]]:
         base = self._of_group(group)
-        if group.replicated:
-            return [{**base, "headless": True, "ports": []}]
-        if not group.exposed:
+        exposed = self.topo.exposed(group)
+        if group.replicated:  # shard pods are dialled at their own names under it
+            return [{**base, "headless": True, "ports": self._ports(exposed)}]
+        if not exposed:
             return []
-        return [{**base, "headless": False, "ports": self._ports(group.exposed)}]
+        return [{**base, "headless": False, "ports": self._ports(exposed)}]
 
     def disruption_budget(self, group: Group) -> dict[str, Any]:
         """Every pod of a stateful group stays through voluntary disruptions."""
@@ -534,16 +543,23 @@ class _Context:
         return {
             **self._of_group(group),
             "peers": {naming.EXPERIMENT_LABEL: self.name},
-            "ports": sorted({endpoint_spec(e).port for e in group.exposed}),
+            "ports": sorted({self.addresses[e].port for e in self.topo.exposed(group)}),
         }
 
     def _ports(self, endpoints: tuple[str, ...]) -> list[dict[str, Any]]:
+        """One port per number: every replica of a shard group binds its endpoint on the same
+        port of its own pod, so the group's template and Service list it once."""
         taken: set[str] = set()
+        ports: set[int] = set()
         out = []
         for endpoint in endpoints:
+            port = self.addresses[endpoint].port
+            if port in ports:
+                continue
             name = port_name(endpoint, taken)
             taken.add(name)
-            out.append({"name": name, "port": endpoint_spec(endpoint).port, "endpoint": endpoint})
+            ports.add(port)
+            out.append({"name": name, "port": port, "endpoint": endpoint})
         return out
 
     def workload(self, group: Group) -> dict[str, Any]:
@@ -598,11 +614,16 @@ class _Context:
             "image": self.images[image_key(self.exp, group.component)],
             "uid": self.profile.run_as_user,
             "grace_seconds": 60 if group.component == "learner" else 30,
-            "priority_class": self.profile.priority_classes.get(group.component),
+            "priority_class": self._priority_class(group.component),
             "node_selector": placement.node_selector,
             "tolerations": list(placement.tolerations),
             "affinity": affinity,
             "off_spot": off_spot_expressions() if placement.off_spot else None,
+            "spread": (
+                naming.selector_labels(self.name, group.name)
+                if group.component in SPREAD_COMPONENTS
+                else None
+            ),
             "pull_secrets": list(self.profile.image_pull_secrets),
             "config_dir": CONFIG_DIR,
             "config_map": naming.config_name(self.name),
@@ -618,21 +639,39 @@ class _Context:
             },
         }
 
+    def _priority_class(self, component: str) -> str | None:
+        """The profile's class for the component; a shard pod's defaults to its service's."""
+        classes = self.profile.priority_classes
+        return classes.get(component) or classes.get(SHARD_SERVICES.get(component, ""))
+
     def _pod_annotations(self, group: Group) -> dict[str, str]:
         annotations = {CONFIG_DIGEST_ANNOTATION: config_digest(self.exp, group.component)}
         if group.component in PINNED_COMPONENTS:
             annotations[SAFE_TO_EVICT_ANNOTATION] = "false"
         return annotations
 
+    def _environment(self, group: Group, process: Process) -> dict[str, str]:
+        """The process's environment; a replicated group's template holds what every replica
+        binds (a shard binds its own endpoint, each on the same address of its own pod)."""
+
+        def env_of(p: Process) -> dict[str, str]:
+            return self.topo.environment(
+                p,
+                self.addresses,
+                config_path=f"{CONFIG_DIR}/{CONFIG_KEY}",
+                experiment_dir=self.volume.mount_path,
+            )
+
+        env = env_of(process)
+        if group.replicated and process.binds:
+            for other in group.processes[1:]:
+                env.update({endpoint_spec(e).bind_var: self.addresses[e].bind for e in other.binds})
+        return env
+
     def _container(
         self, group: Group, process: Process, millicpu: int, memory: int, gpus: ContainerGPUs
     ) -> dict[str, Any]:
-        env = self.topo.environment(
-            process,
-            self.addresses,
-            config_path=f"{CONFIG_DIR}/{CONFIG_KEY}",
-            experiment_dir=self.volume.mount_path,
-        )
+        env = self._environment(group, process)
         entries: list[dict[str, str]] = []
         if group.replicated:
             # One template for every replica: the index is the pod's ordinal, the process name
@@ -667,15 +706,13 @@ class _Context:
                 }
             )
         liveness = (
-            liveness_probe(
-                self.exp, group.name if group.replicated else process.name, process.role
-            )
+            liveness_probe(self.exp, group.name if group.replicated else process.name, process.role)
             if process.role in LIVENESS_ROLES
             else None
         )
         if liveness:
             entries.append({"name": HEARTBEAT_ENV, "value": liveness["file"]})
-        exposed = [e for e in process.binds if endpoint_spec(e).scope == "cluster"]
+        exposed = [e for e in process.binds if self.topo.scope(e) == "cluster"]
         ports = self._ports(tuple(exposed))
         probe = None
         if ports:

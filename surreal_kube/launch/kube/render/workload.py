@@ -18,7 +18,9 @@ Placement stays ours (the pools' node selectors, launch/kube/placement): Kueue's
 quota accounting here, their node labels are not merged into the pods.
 
 Kueue allows at most 8 pod sets (its Workload API's limit): our groups are at most 8 (learner,
-replay, ps, tensorplex, loggerplex, tensorboard, agents, evals).
+replay, ps, tensorplex, loggerplex, tensorboard, agents, evals) in the default layout; shards as
+pods (`replay.layout` or `ps.layout: pods`) add a group each, and such an experiment is refused
+with a queue, in one line that says so.
 """
 
 from __future__ import annotations
@@ -70,7 +72,9 @@ def workload_object(
     if len(pod_sets) > MAX_POD_SETS:
         raise SpecError(
             f"spec.queue: Kueue admits at most {MAX_POD_SETS} pod groups per workload, this "
-            f"experiment has {len(pod_sets)} ({', '.join(p['name'] for p in pod_sets)})"
+            f"experiment has {len(pod_sets)} ({', '.join(p['name'] for p in pod_sets)}); "
+            "replay.layout or ps.layout 'pods' adds one each: 'containers' keeps the shards in "
+            "their service's pod"
         )
     meta: dict[str, Any] = {
         "name": experiment,
