@@ -6,7 +6,7 @@
 A shard's CPU is what the kubelet enforces: the CFS quota of its container's limit (period
 100 ms, the cgroup `cpu` controller). For the same spec (`replay.shards: 16`, the default
 resources) the renderer gives each shard, in the one-pod layout, its weighted share of the
-replay pod's `resources.replay` (1 CPU over the broker and 16 shards: 61m each) and, with
+replay pod's `resources.replay` (1 CPU over the broker and 16 shards: about 62m each) and, with
 `layout: pods`, a pod of `resources.replay-shard` each (1 CPU). The limits are read from the
 rendered objects, not typed here.
 
