@@ -32,12 +32,6 @@ from tests.launch.kube.specs import IMAGES, MATRIX, endpoint_of_variable, experi
 pytestmark = pytest.mark.cluster
 
 
-@pytest.fixture
-def kube(kube_cluster: Any, kube_namespace: str) -> Iterator[Kube]:
-    with Kube(kubeconfig=kube_cluster.kubeconfig, namespace=kube_namespace) as client:
-        yield client
-
-
 def wait_for(what: str, check: Callable[[], Any], timeout: float = 120.0) -> Any:
     deadline = time.monotonic() + timeout
     while True:

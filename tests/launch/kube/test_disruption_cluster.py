@@ -4,9 +4,6 @@ pod (the run's state) cannot be evicted; an agent's can."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from typing import Any
-
 import pytest
 
 from surreal_kube.experiment.resolve import resolve_experiment
@@ -21,12 +18,6 @@ pytestmark = pytest.mark.cluster
 POD = resource("v1", "Pod")
 PDB = resource("policy/v1", "PodDisruptionBudget")
 TINY_SETS = [TINY[i + 1] for i in range(0, len(TINY), 2)]
-
-
-@pytest.fixture
-def kube(kube_cluster: Any, kube_namespace: str) -> Iterator[Kube]:
-    with Kube(kubeconfig=kube_cluster.kubeconfig, namespace=kube_namespace) as client:
-        yield client
 
 
 def evict(kube: Kube, pod: str) -> str:

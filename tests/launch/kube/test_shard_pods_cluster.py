@@ -9,10 +9,7 @@ shards' disruption budgets hold all of them; one delete of the root removes ever
 
 from __future__ import annotations
 
-import time
 from collections import Counter
-from collections.abc import Callable, Iterator
-from typing import Any
 
 import pytest
 
@@ -21,29 +18,13 @@ from surreal_kube.launch.kube.lifecycle.apply import create_objects
 from surreal_kube.launch.kube.placement.pools import discover_pools
 from surreal_kube.launch.kube.render.objects import render_experiment
 from tests.launch.kube.specs import IMAGES, TINY, experiment
+from tests.operator.support import wait_for
 
 pytestmark = pytest.mark.cluster
 
 SHARDS = 16
 NAME = "exp-matrix"
 POOL_LABEL = "cloud.google.com/gke-nodepool"
-
-
-@pytest.fixture
-def kube(kube_cluster: Any, kube_namespace: str) -> Iterator[Kube]:
-    with Kube(kubeconfig=kube_cluster.kubeconfig, namespace=kube_namespace) as client:
-        yield client
-
-
-def wait_for(what: str, check: Callable[[], Any], timeout: float = 120.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.5)
 
 
 def test_sixteen_shard_pods_spread_over_nodes_each_dialled_by_its_own_name(
@@ -64,7 +45,7 @@ def test_sixteen_shard_pods_spread_over_nodes_each_dialled_by_its_own_name(
         ok = [p for p in pods if (p.get("status") or {}).get("phase") == "Running"]
         return pods if len(pods) == expected == len(ok) else []
 
-    pods = wait_for("every pod Running", running)
+    pods = wait_for("every pod Running", running, timeout=120)
     nodes = {n["metadata"]["name"]: n for n in kube.list(kube.resource_for("v1", "Node"), None)}
     cpu_nodes = sorted(
         n for n, o in nodes.items() if o["metadata"]["labels"].get(POOL_LABEL) == "cpu-pool"
@@ -108,7 +89,7 @@ def test_sixteen_shard_pods_spread_over_nodes_each_dialled_by_its_own_name(
         }
         return found if len(found) == SHARDS else {}
 
-    backing = wait_for(f"EndpointSlices of {service}", endpoints)
+    backing = wait_for(f"EndpointSlices of {service}", endpoints, timeout=120)
     for i in range(SHARDS):
         host, port = env[f"SURREAL_REPLAY_COLLECTOR_{i}_ADDR"].split("://")[1].rsplit(":", 1)
         pod_name, headless, namespace, *_ = host.split(".")

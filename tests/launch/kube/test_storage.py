@@ -202,12 +202,6 @@ def test_data_groups_named_on_different_pools_are_refused() -> None:
 # ------------------------------------------------------------------------------ on a cluster
 
 
-@pytest.fixture
-def kube(kube_cluster: Any, kube_namespace: str) -> Iterator[Kube]:
-    with Kube(kubeconfig=kube_cluster.kubeconfig, namespace=kube_namespace) as client:
-        yield client
-
-
 def claim_phase(kube: Kube, name: str) -> str | None:
     claim = kube.get_or_none(CLAIM, naming.data_name(name), kube.namespace)
     return None if claim is None else (claim.get("status") or {}).get("phase")
