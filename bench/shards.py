@@ -33,7 +33,7 @@ import tempfile
 import time
 import uuid
 from collections.abc import Iterator
-from contextlib import ExitStack, contextmanager
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -78,12 +78,16 @@ class CpuLimit:
     def __init__(self, millicpu: int) -> None:
         self.path = self._root() / f"surreal-bench-{uuid.uuid4().hex[:8]}"
         self.path.mkdir()
-        v2 = (self.path / "cpu.max").exists()
-        if v2:
-            (self.path / "cpu.max").write_text(f"{millicpu * PERIOD_US // 1000} {PERIOD_US}")
-        else:
-            (self.path / "cpu.cfs_period_us").write_text(str(PERIOD_US))
-            (self.path / "cpu.cfs_quota_us").write_text(str(millicpu * PERIOD_US // 1000))
+        quota = millicpu * PERIOD_US // 1000
+        try:
+            if (self.path / "cpu.max").exists():  # cgroup v2
+                (self.path / "cpu.max").write_text(f"{quota} {PERIOD_US}")
+            else:
+                (self.path / "cpu.cfs_period_us").write_text(str(PERIOD_US))
+                (self.path / "cpu.cfs_quota_us").write_text(str(quota))
+        except OSError:
+            self.path.rmdir()  # nothing half-made is left behind
+            raise
 
     @staticmethod
     def _root() -> Path:
@@ -113,8 +117,11 @@ def run_limited_shard(
 
 @contextmanager
 def cpu_limits(millicpu: int, count: int) -> Iterator[list[CpuLimit]]:
-    limits = [CpuLimit(millicpu) for _ in range(count)]
+    """`count` cgroups of `millicpu` each, removed at the end (those made, if one fails)."""
+    limits: list[CpuLimit] = []
     try:
+        for _ in range(count):
+            limits.append(CpuLimit(millicpu))
         yield limits
     finally:
         for limit in limits:
@@ -135,8 +142,7 @@ def experience(mpc: Any, shards: int, millicpu: int, seconds: float) -> float:
         }
     }
     procs: list[Any] = []
-    with tempfile.TemporaryDirectory() as tmp, ExitStack() as stack:
-        limits = stack.enter_context(cpu_limits(millicpu, shards))
+    with tempfile.TemporaryDirectory() as tmp, cpu_limits(millicpu, shards) as limits:
         envs = comm.experiment_envs(Path(tmp), spec, curve=True)
         keys = comm.key_file(envs)
         lb_stop = mpc.Event()

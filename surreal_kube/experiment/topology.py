@@ -168,6 +168,11 @@ class Topology:
         replica of the same group that is not replicated), else `cluster`."""
         return self.scopes.get(name) or endpoint(name).scope
 
+    def host(self, process: Process) -> str:
+        """The host (pod) a process lives on: its group's, or its own replica's."""
+        group = self.group_of(process)
+        return f"{group.name}-{process.index}" if group.replicated else group.name
+
     def exposed(self, group: Group) -> tuple[str, ...]:
         """Cluster-scope endpoints bound in `group`: the ports of its Service."""
         return tuple(e for p in group.processes for e in p.binds if self.scope(e) == "cluster")
@@ -239,11 +244,10 @@ class Topology:
             process = self.process(binder)
             group = self.group_of(process)
             scheme = "tcp" if ep.protocol == "zmq" else "http"
-            host, port = group.name, ep.port
+            host, port = self.host(process), ep.port
             service = f"{self.experiment}-{group.name}.{namespace}.svc.{domain}"
             if group.replicated:
                 port = endpoint(group.processes[0].binds[process.binds.index(name)]).port
-                host = f"{group.name}-{process.index}"
                 service = f"{self.experiment}-{host}.{service}"
             if self.scope(name) == "cluster":
                 listen, dns = "0.0.0.0", service
@@ -385,10 +389,7 @@ def _sharded(
 def _scopes(topo: Topology, binders: Mapping[str, str]) -> dict[str, Scope]:
     """Each endpoint's scope in this graph: a `pod` one that some process dials from another
     host (a shard pod dialling its service's backend) is `cluster` here."""
-    host: dict[str, str] = {}
-    for g in topo.groups:
-        for p in g.processes:
-            host[p.name] = f"{g.name}-{p.index}" if g.replicated else g.name
+    host = {p.name: topo.host(p) for p in topo.processes}
     scopes: dict[str, Scope] = {name: endpoint(name).scope for name in binders}
     for p in topo.processes:
         for e in p.connects:

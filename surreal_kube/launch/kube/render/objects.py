@@ -527,11 +527,10 @@ class _Context:
     def services(self, group: Group) -> list[dict[str, Any]]:
         base = self._of_group(group)
         exposed = self.topo.exposed(group)
-        if group.replicated:  # shard pods are dialled at their own names under it
-            return [{**base, "headless": True, "ports": self._ports(exposed)}]
-        if not exposed:
+        if not (group.replicated or exposed):
             return []
-        return [{**base, "headless": False, "ports": self._ports(exposed)}]
+        # a replicated group's is headless: its pods (shards) are dialled at their own names
+        return [{**base, "headless": group.replicated, "ports": self._ports(exposed)}]
 
     def disruption_budget(self, group: Group) -> dict[str, Any]:
         """Every pod of a stateful group stays through voluntary disruptions."""
@@ -653,16 +652,12 @@ class _Context:
     def _environment(self, group: Group, process: Process) -> dict[str, str]:
         """The process's environment; a replicated group's template holds what every replica
         binds (a shard binds its own endpoint, each on the same address of its own pod)."""
-
-        def env_of(p: Process) -> dict[str, str]:
-            return self.topo.environment(
-                p,
-                self.addresses,
-                config_path=f"{CONFIG_DIR}/{CONFIG_KEY}",
-                experiment_dir=self.volume.mount_path,
-            )
-
-        env = env_of(process)
+        env = self.topo.environment(
+            process,
+            self.addresses,
+            config_path=f"{CONFIG_DIR}/{CONFIG_KEY}",
+            experiment_dir=self.volume.mount_path,
+        )
         if group.replicated and process.binds:
             for other in group.processes[1:]:
                 env.update({endpoint_spec(e).bind_var: self.addresses[e].bind for e in other.binds})
