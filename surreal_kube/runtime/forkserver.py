@@ -8,9 +8,10 @@ heavy: torch, gymnasium, MuJoCo, only when a role that needs them is asked for),
 from there: a role starts in milliseconds, sharing the imported pages copy-on-write.
 
 Forking is safe here because the server never runs anything but imports: no ZeroMQ context, no
-torch operation (so no OpenMP pool, no CUDA), no thread of its own. The child starts its own
-session (its own process group, as a pod would be), points stdout/stderr at its log file, takes
-the environment it was sent and runs the same `runtime.main.main` as `surreal-kube-role`.
+torch operation (so no OpenMP pool, no CUDA), no thread of its own. The child leads its own
+process group (signalled as a unit, as a pod would be) in the experiment's one session (see
+`runtime.main.NICENESS`), points stdout/stderr at its log file, takes the environment it was sent
+and runs the same `runtime.main.main` as `surreal-kube-role`.
 
 Protocol: JSON lines (never pickle). On stdin, requests
 `{"id": n, "argv": [...], "env": {...}, "cwd": "...", "out": "<log file>", "heavy": bool}`;
@@ -92,7 +93,7 @@ def _child(request: dict[str, Any], channels: tuple[int, int], started: int) -> 
     """In the forked child: become the role process and run it; never returns."""
     code = 1
     try:
-        os.setsid()
+        os.setpgid(0, 0)  # not setsid: a session of its own would void its niceness
         os.close(started)  # the server learns that our process group exists
         for fd in channels:
             os.close(fd)

@@ -81,7 +81,9 @@ class ForkServer:
                 stderr=err,
                 env=env,
                 cwd=cwd,
-                start_new_session=True,  # Ctrl-C in the terminal is the supervisor's alone
+                # Ctrl-C in the terminal is the supervisor's alone; the supervisor's session,
+                # so that the roles' niceness holds (runtime.main.NICENESS)
+                process_group=0,
             )
         assert self.proc.stdin is not None and self.proc.stdout is not None
         self._out = self.proc.stdout.fileno()

@@ -179,7 +179,9 @@ class Supervisor:
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
-                start_new_session=True,  # its own process group, signalled as a unit
+                # its own process group, signalled as a unit, in our session: a session of its
+                # own would be a scheduling group of its own too (runtime.main.NICENESS)
+                process_group=0,
                 cwd=self.folder.path,
             )
         finally:
