@@ -179,8 +179,8 @@ class DDPGConfig(SpecModel):
     noise: NoiseConfig = Field(default_factory=NoiseConfig)
     # TD3's three changes (Fujimoto et al. 2018) are on by default: its ablations gain most on
     # Ant. Here (Ant-v5, 2 agents, 300 s, back to back) they returned 857 against 788 for plain
-    # DDPG, with about 9 % fewer learner iterations; at 600 s they lead SB3's TD3 on HalfCheetah
-    # (2.68x) and Ant (2.94x) in `bench/learning.py --figure ddpg`. All three off: plain DDPG.
+    # DDPG, with about 9 % fewer learner iterations. How these defaults compare with SB3's TD3
+    # (same cores, 3 seeds): `bench/learning.py --only-figures`. All three off: plain DDPG.
     twin_critic: bool = Field(True, description="use two critics and the minimum (TD3)")
     target_policy_smoothing: bool = Field(True, description="add clipped noise to target actions")
     target_noise: float = Field(0.2, ge=0, description="std of target policy smoothing noise")

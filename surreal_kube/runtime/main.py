@@ -60,10 +60,11 @@ start (a second of CPU, at the moment every role starts) waits behind the roles.
 CPU limit of its own, niceness only orders the processes of that container: harmless.
 
 Niceness orders processes of one session only where the kernel groups each session for the
-scheduler (autogroup, on by default in most distributions' kernels): a role in a session of its
-own competes as a group of its own, whatever its nice value (two busy processes on one core,
-nice 0 and nice 10, each in its own session, split it half and half, not about 9 to 1). So the local backend starts every role in its own process
-group, for signals, but in the supervisor's session (`runtime.forkserver`, `launch.local`).
+scheduler (autogroup, on by default in most distributions' kernels): a role in a session of its own
+competes as a group of its own, whatever its nice value (two busy processes on one core, nice 0 and
+nice 10, each in its own session, split it half and half, not about 9 to 1). So the local backend
+starts every role in its own process group, for signals, but in the supervisor's session
+(`runtime.forkserver`, `launch.local`).
 """
 
 FORWARDED_SIGNALS = (
