@@ -31,14 +31,22 @@ gives the medians; every run is kept in bench/results/learning.details.json, and
 shows each seed, the median and the range (`bench/report.py`). The earlier "8 agents vs 2" row
 is gone: on 2 cores both ran on the same cores, so it scaled nothing. These need a quiet
 machine: on a shared one they measure the neighbours. Writes bench/results/learning.json.
+
+--sample-factory adds Sample Factory's APPO (2.1.1, its MuJoCo example's settings, 2 rollout
+workers of 8 environments) as a second peer of PPO Ant-v5: it runs from a scratch venv made once
+under ~/.cache/surreal-kube/sample-factory (it pins numpy below 2; torch, gymnasium and MuJoCo
+are ours), checkpoints every 10 s and has its last 10 evaluated after the run like SB3's
+snapshots (bench/peers/sf_peer.py). A benchmark reference only, never a dependency.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -438,6 +446,97 @@ def run_peer(algorithm: str, env_id: str, budget: float, seed: int) -> dict[str,
     }
 
 
+SAMPLE_FACTORY = (
+    "sample-factory==2.1.1", "signal-slot-mp==1.0.5", "faster-fifo==1.5.2", "colorlog==6.12.0",
+    "tensorboardx==2.6.5", "psutil==7.2.2", "threadpoolctl==3.8.0", "numpy==1.26.4",
+)  # fmt: skip
+"""Sample Factory and what it imports that this project's lock lacks (numpy: it pins < 2)."""
+SAMPLE_FACTORY_HOME = Path.home() / ".cache" / "surreal-kube" / "sample-factory"
+SAMPLE_FACTORY_WORKERS = 2  # rollout workers: one per core, as its docs advise
+SAMPLE_FACTORY_ENVS = 8  # environments per worker: its MuJoCo example's
+
+
+def sample_factory_python() -> str:
+    """The interpreter of a scratch venv with Sample Factory, made once (pip's own settings).
+
+    Everything else it needs (torch, gymnasium, MuJoCo) is this project's, seen through a .pth
+    file: the same simulator and torch as ours, so that only the algorithm and its plumbing
+    differ. Sample Factory is a reference for this benchmark only, never a dependency."""
+    python = SAMPLE_FACTORY_HOME / "bin" / "python"
+    ready = SAMPLE_FACTORY_HOME / ".installed"
+    if ready.is_file() and ready.read_text() == " ".join(SAMPLE_FACTORY):
+        return str(python)
+    shutil.rmtree(SAMPLE_FACTORY_HOME, ignore_errors=True)
+    subprocess.run([sys.executable, "-m", "venv", str(SAMPLE_FACTORY_HOME)], check=True)
+    ours = subprocess.run(
+        [sys.executable, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        capture_output=True, text=True, check=True,
+    ).stdout.strip()
+    theirs = subprocess.run(
+        [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        capture_output=True, text=True, check=True,
+    ).stdout.strip()
+    Path(theirs, "surreal_kube_venv.pth").write_text(ours + "\n")  # after its own packages
+    subprocess.run(
+        [str(python), "-m", "pip", "install", "-q", "--no-deps", *SAMPLE_FACTORY], check=True
+    )
+    ready.write_text(" ".join(SAMPLE_FACTORY))
+    return str(python)
+
+
+def run_sample_factory(algorithm: str, env_id: str, budget: float, seed: int) -> dict[str, float]:
+    """Sample Factory's APPO on one task, one seed, on the same cores and wall clock: its MuJoCo
+    example's settings, a checkpoint every EVAL_EVERY_SECONDS, the last LAST_EVALS evaluated
+    after the run (bench/peers/sf_peer.py), as the SB3 peer's snapshots are."""
+    if algorithm != "ppo":
+        raise ValueError("Sample Factory is the reference for the on-policy task only")
+    python = sample_factory_python()
+    script = Path(__file__).resolve().parent / "peers" / "sf_peer.py"
+    work = Path(tempfile.mkdtemp(prefix=f"bench-sf-{seed}-"))
+    command = [python, str(script)]
+    where = ["--env-id", env_id, "--train-dir", str(work), "--seed", str(seed)]
+    proc: subprocess.Popen[bytes] | None = None
+    try:
+        with open(work / "train.log", "wb") as log:
+            proc = subprocess.Popen(
+                [*command, "train", *where,
+                 "--num_workers", str(SAMPLE_FACTORY_WORKERS),
+                 "--num_envs_per_worker", str(SAMPLE_FACTORY_ENVS),
+                 "--save_every_sec", str(int(EVAL_EVERY_SECONDS)),
+                 "--keep_checkpoints", str(LAST_EVALS)],
+                stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+            )  # fmt: skip
+            # its --train_for_seconds is never counted in 2.1.1, and its workers ignore SIGINT:
+            # the clock is ours, and at the budget the whole group ends; checkpoints are
+            # written to a temporary name and renamed, so none is left torn
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(timeout=budget)
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+        done = subprocess.run(
+            [*command, "evaluate", *where, "--episodes", str(EVAL_EPISODES),
+             "--last", str(LAST_EVALS)],
+            capture_output=True, text=True, timeout=1800,
+        )  # fmt: skip
+        if done.returncode:
+            raise SystemExit(f"Sample Factory evaluation failed: {done.stderr[-2000:]}")
+        result = json.loads(done.stdout.strip().splitlines()[-1])
+        if not result["evaluations"]:
+            log_tail = (work / "train.log").read_text(errors="replace")[-3000:]
+            raise SystemExit(f"Sample Factory left no checkpoint; its log ends:\n{log_tail}")
+    finally:
+        if proc is not None:  # nothing of it outlives the run, whatever failed
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(proc.pid, signal.SIGKILL)
+        shutil.rmtree(work, ignore_errors=True)
+    return {
+        "return": float(result["return"]),
+        "env_steps_per_s": result["env_steps"] / budget,
+        "evaluations": float(result["evaluations"]),
+    }
+
+
 def run_local(algorithm: str, env_id: str, budget: float, seed: int) -> dict[str, float]:
     """Ours on one task, one seed: the local experiment with its defaults (2 agents, 1 eval)."""
     task = f"{algorithm}-{env_id.split('-')[0].lower()}"
@@ -454,28 +553,40 @@ def run_local(algorithm: str, env_id: str, budget: float, seed: int) -> dict[str
 
 
 def protocol_rows(
-    budget: float, seeds: Sequence[int], only: list[str] | None = None
+    budget: float,
+    seeds: Sequence[int],
+    only: list[str] | None = None,
+    sample_factory: bool = False,
 ) -> tuple[list[Row], list[dict]]:
     """The protocol of issue 28: each task, ours and its fair peer, same cores, same wall clock,
-    same evaluation estimator, `seeds` each, interleaved (seed by seed, ours then the peer), so
-    that a slower hour of the machine falls on both. Rows: the medians; the ranges are printed
-    and kept in the details."""
+    same evaluation estimator, `seeds` each, interleaved (seed by seed, ours then the peers), so
+    that a slower hour of the machine falls on all. With `sample_factory`, Sample Factory's APPO
+    is a second peer of the on-policy task. Rows: the medians; the ranges are printed and kept
+    in the details."""
     runs: list[dict] = []
     tasks = only or list(FIGURES)
     for seed in seeds:
         for task in tasks:
             algorithm, env_id = TASKS[task]
-            for who, run in (("ours", run_local), ("peer", run_peer)):
+            contenders = [("ours", run_local), ("peer", run_peer)]
+            if sample_factory and algorithm == "ppo":
+                contenders.append(("sample-factory", run_sample_factory))
+            for who, run in contenders:
                 result = run(algorithm, env_id, budget, seed)
                 runs.append({"task": task, "who": who, "seed": seed, **result})
                 print(f"  {task} seed {seed} {who}: {result}", file=sys.stderr)
-    peer_name = {"ppo": "SB3 PPO (rl-zoo)", "ddpg": "SB3 TD3 (noise 0.1, 3-step)"}
+    peer_name = {
+        "ppo": "SB3 PPO (rl-zoo)",
+        "ddpg": "SB3 TD3 (noise 0.1, 3-step)",
+        "sample-factory": "Sample Factory APPO (its MuJoCo example)",
+    }
     rows = []
     for task in tasks:
         algorithm, env_id = TASKS[task]
         got = {
-            who: [r["return"] for r in runs if r["task"] == task and r["who"] == who]
-            for who in ("ours", "peer")
+            who: values
+            for who in ("ours", "peer", "sample-factory")
+            if (values := [r["return"] for r in runs if r["task"] == task and r["who"] == who])
         }
         for who, values in got.items():
             print(
@@ -483,17 +594,20 @@ def protocol_rows(
                 f"{min(values):.0f} to {max(values):.0f} over {len(values)} seeds",
                 file=sys.stderr,
             )
-        rows.append(
-            Row(
-                f"{algorithm.upper()} {env_id} return, median of {len(seeds)} seeds (last "
-                f"{LAST_EVALS} evals of {EVAL_EPISODES}), {budget:.0f} s, vs "
-                f"{peer_name[algorithm]}",
-                float(np.median(got["ours"])),
-                float(np.median(got["peer"])),
-                "return",
-                "higher",
+        for who in ("peer", "sample-factory"):
+            if who not in got:
+                continue
+            rows.append(
+                Row(
+                    f"{algorithm.upper()} {env_id} return, median of {len(seeds)} seeds (last "
+                    f"{LAST_EVALS} evals of {EVAL_EPISODES}), {budget:.0f} s, vs "
+                    f"{peer_name[algorithm if who == 'peer' else who]}",
+                    float(np.median(got["ours"])),
+                    float(np.median(got[who])),
+                    "return",
+                    "higher",
+                )
             )
-        )
     return rows, runs
 
 
@@ -524,6 +638,11 @@ def main() -> None:
     )
     parser.add_argument(
         "--seeds", type=int, default=len(PROTOCOL_SEEDS), help="seeds per task (3; quick 1)"
+    )
+    parser.add_argument(
+        "--sample-factory",
+        action="store_true",
+        help="the protocol's on-policy task also against Sample Factory (a scratch venv)",
     )
     args = parser.parse_args()
     budget = args.budget or (5.0 if args.quick else 600.0)
@@ -556,7 +675,9 @@ def main() -> None:
     if args.figures or args.only_figures:
         figure_budget = args.figure_budget or (60.0 if args.quick else 600.0)
         seeds = range(1 if args.quick else args.seeds)
-        protocol, runs = protocol_rows(figure_budget, list(seeds), args.figure)
+        protocol, runs = protocol_rows(
+            figure_budget, list(seeds), args.figure, args.sample_factory
+        )
         rows += protocol
     print_table("learning", rows)
     path = write_results("learning", rows)

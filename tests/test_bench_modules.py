@@ -15,10 +15,12 @@ from pathlib import Path
 import pytest
 
 BENCH = Path(__file__).resolve().parent.parent / "bench"
-SCRIPTS = sorted(p for p in BENCH.glob("*.py") if p.stem not in ("common", "report"))
+SCRIPTS = sorted(p for p in BENCH.glob("*.py") if p.stem not in ("common", "report")) + sorted(
+    BENCH.glob("peers/*.py")  # the peers' own scripts (their imports are inside their commands)
+)
 
 
-@pytest.mark.parametrize("script", SCRIPTS, ids=[p.stem for p in SCRIPTS])
+@pytest.mark.parametrize("script", SCRIPTS, ids=[str(p.relative_to(BENCH).with_suffix("")) for p in SCRIPTS])
 def test_a_benchmark_imports_and_parses_its_arguments(script: Path) -> None:
     done = subprocess.run(
         [sys.executable, str(script), "--help"], capture_output=True, text=True, timeout=120
