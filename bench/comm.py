@@ -15,6 +15,10 @@
 - CURVE: the experience and parameter paths again with every socket a CURVE socket (the
   experiment's keypair, `comm.curve`, as every experiment runs), against the same paths without
   it, in the same run: the price of authenticating and encrypting (goal: at most 10 % slower).
+  Those paths run flat out, far above what agents send; the main job shows the price where it
+  runs: the agents' env steps/s of `make run`'s experiment (PPO Ant-v5, 2 agents, 1 eval, local)
+  over a window after its first update, with its keys, against the same experiment created with
+  no key file (plain sockets: no command makes one, the benchmark does), runs alternated.
 
 Every party runs in its own process (agents: 8 client threads in one process), as in a local
 experiment. Writes bench/results/comm.json.
@@ -22,9 +26,12 @@ experiment. Writes bench/results/comm.json.
 
 from __future__ import annotations
 
+import json
 import multiprocessing as mp
 import os
+import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
 import threading
@@ -39,6 +46,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from common import Row, parse_args, print_table, write_results
+from local import agents_steps
 
 BATCH = 256
 SAMPLE_BATCH = 512
@@ -491,6 +499,62 @@ def best_of_curve(reps: int, measure: Any, better: str) -> tuple[float, float, f
     return pick(ours), pick(ref), pick(cur)
 
 
+MAIN_JOB = ["--env", "gym:Ant-v5", "--num-agents", "2", "--num-evals", "1"]
+PLAIN_CREATE = (
+    "import sys\n"
+    "import surreal_kube.launch.local.backend as backend\n"
+    "backend.write_keys = lambda path: None  # no key file: every role's sockets are plain\n"
+    "from surreal_kube.cli.main import run\n"
+    "sys.argv = ['surreal-kube', *sys.argv[1:]]\n"
+    "run()\n"
+)
+
+
+def main_job_rate(curve: bool, window: float) -> float:
+    """The agents' env steps/s of the main job over `window` s after the learner's first update;
+    without `curve`, the same experiment created with no key file."""
+    root = Path(tempfile.mkdtemp(prefix="bench-comm-job-"))
+    create = ["-m", "surreal_kube.cli.main"] if curve else ["-c", PLAIN_CREATE]
+    args = ["create", "job", "--local", "--detach", "--root", str(root), *MAIN_JOB]
+    done = subprocess.run(
+        [sys.executable, *create, *args, "--max-time", str(window + 120)],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    if done.returncode:
+        raise SystemExit(f"create failed: {done.stderr}")
+    folder = root / "job"
+    try:
+        if (folder / "curve.key").exists() != curve:
+            raise SystemExit(f"the {'CURVE' if curve else 'plain'} run has the wrong sockets")
+        deadline = time.monotonic() + 120
+        learner = folder / "status" / "learner.json"
+        while time.monotonic() < deadline:
+            if learner.exists() and json.loads(learner.read_text()).get("iteration", 0) >= 1:
+                break
+            time.sleep(1)
+        s0, t0 = agents_steps(folder)
+        time.sleep(window)
+        s1, t1 = agents_steps(folder)
+        return (s1 - s0) / max(1e-6, t1 - t0)
+    finally:
+        subprocess.run(
+            [sys.executable, "-m", "surreal_kube.cli.main", "delete", "job", "--root", str(root),
+             "--yes"],
+            capture_output=True, timeout=120,
+        )  # fmt: skip
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def main_job(reps: int, window: float) -> tuple[float, float]:
+    """Mean env steps/s with CURVE and without, runs alternated so that a slower minute of the
+    machine falls on both."""
+    with_curve, plain = [], []
+    for _ in range(reps):
+        plain.append(main_job_rate(False, window))
+        with_curve.append(main_job_rate(True, window))
+    return statistics.mean(with_curve), statistics.mean(plain)
+
+
 def main() -> None:
     """Measure, print the table, write bench/results/comm.json."""
     args = parse_args(__doc__.splitlines()[0])
@@ -505,6 +569,7 @@ def main() -> None:
     *par, par_curve = best_of_curve(
         reps, lambda raw, curve: parameters(mpc, rounds, raw, curve), "lower"
     )
+    job = main_job(1 if args.quick else 2, 20.0 if args.quick else 60.0)
     rows = [
         Row(
             f"experience: transitions/s from {SENDERS} senders into {SHARDS} shards",
@@ -538,10 +603,17 @@ def main() -> None:
             "s",
             "lower",
         ),
+        Row(
+            "main job (PPO Ant-v5, 2 agents, local) env steps/s with CURVE (reference: without)",
+            *job,
+            "steps/s",
+            "higher",
+        ),
     ]
     print_table("comm", rows)
-    for path, row in zip(("experience", "1 MB broadcast"), rows[-2:], strict=True):
+    for path, row in zip(("experience", "1 MB broadcast"), rows[-3:-1], strict=True):
         print(f"CURVE: the {path} runs at {row.ratio:.2f} of its speed without it (goal: >= 0.90)")
+    print(f"CURVE: the main job steps at {rows[-1].ratio:.2f} of its speed without it")
     path = write_results("comm", rows)
     print(f"wrote {path}")
 

@@ -89,7 +89,8 @@ def single_process(seconds: float) -> tuple[float, float]:
     return result.env_steps_per_second, result.eval_mean_return
 
 
-def _agents_steps(folder: Path) -> tuple[int, float]:
+def agents_steps(folder: Path) -> tuple[int, float]:
+    """Env steps the agents took so far, and when their newest status was written."""
     total, latest = 0, 0.0
     for path in folder.glob("status/agents-*.json"):
         data = json.loads(path.read_text())
@@ -136,10 +137,10 @@ def local_experiment(warmup_timeout: float, window: float, total: float | None) 
             if learner.get("iteration", 0) >= 1:
                 break
             time.sleep(1)
-        s0, t0 = _agents_steps(folder)
+        s0, t0 = agents_steps(folder)
         cpu0, wall0 = _role_cpu_seconds(folder), time.monotonic()
         time.sleep(window)
-        s1, t1 = _agents_steps(folder)
+        s1, t1 = agents_steps(folder)
         cpu1, wall1 = _role_cpu_seconds(folder), time.monotonic()
         out["rate"] = (s1 - s0) / max(1e-6, t1 - t0)
         out["cpu_cores"] = {  # cores each role kept busy over the window
@@ -160,7 +161,7 @@ def local_experiment(warmup_timeout: float, window: float, total: float | None) 
                 "Starting",
                 "Running",
             ):
-                last = max(last, _agents_steps(folder))
+                last = max(last, agents_steps(folder))
                 time.sleep(2)
             out["window_rate"] = out["rate"]
             out["rate"] = (last[0] - s0) / max(1e-6, last[1] - t0)
