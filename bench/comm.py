@@ -26,7 +26,6 @@ experiment. Writes bench/results/comm.json.
 
 from __future__ import annotations
 
-import json
 import multiprocessing as mp
 import os
 import shutil
@@ -46,7 +45,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from common import Row, parse_args, print_table, write_results
-from local import agents_steps
+from local import agents_steps, wait_learning
 
 BATCH = 256
 SAMPLE_BATCH = 512
@@ -526,12 +525,7 @@ def main_job_rate(curve: bool, window: float) -> float:
     try:
         if (folder / "curve.key").exists() != curve:
             raise SystemExit(f"the {'CURVE' if curve else 'plain'} run has the wrong sockets")
-        deadline = time.monotonic() + 120
-        learner = folder / "status" / "learner.json"
-        while time.monotonic() < deadline:
-            if learner.exists() and json.loads(learner.read_text()).get("iteration", 0) >= 1:
-                break
-            time.sleep(1)
+        wait_learning(folder, 120)
         s0, t0 = agents_steps(folder)
         time.sleep(window)
         s1, t1 = agents_steps(folder)

@@ -487,7 +487,8 @@ def sample_factory_python() -> str:
 def run_sample_factory(algorithm: str, env_id: str, budget: float, seed: int) -> dict[str, float]:
     """Sample Factory's APPO on one task, one seed, on the same cores and wall clock: its MuJoCo
     example's settings, a checkpoint every EVAL_EVERY_SECONDS, the last LAST_EVALS evaluated
-    after the run (bench/peers/sf_peer.py), as the SB3 peer's snapshots are."""
+    after the run (bench/peers/sf_peer.py), as the SB3 peer's snapshots are. Its env steps/s
+    are counted to its last checkpoint (at most EVAL_EVERY_SECONDS before the end)."""
     if algorithm != "ppo":
         raise ValueError("Sample Factory is the reference for the on-policy task only")
     python = sample_factory_python()

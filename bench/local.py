@@ -99,6 +99,16 @@ def agents_steps(folder: Path) -> tuple[int, float]:
     return total, latest
 
 
+def wait_learning(folder: Path, timeout: float) -> None:
+    """Until the learner has iterated (every role is up), at most `timeout` seconds."""
+    learner = folder / "status" / "learner.json"
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if learner.exists() and json.loads(learner.read_text()).get("iteration", 0) >= 1:
+            return
+        time.sleep(1)
+
+
 def local_experiment(warmup_timeout: float, window: float, total: float | None) -> dict:
     """Run the local experiment detached; measure the steady rate over `window` seconds (and,
     with a `total` budget, over the whole run after start-up: `rate`, `window_rate`)."""
@@ -127,16 +137,7 @@ def local_experiment(warmup_timeout: float, window: float, total: float | None) 
     folder = Path(res.stdout.strip())
     out: dict = {"folder": str(folder)}
     try:
-        deadline = time.time() + warmup_timeout
-        while time.time() < deadline:  # every role up: the learner has iterated
-            learner = (
-                json.loads((folder / "status/learner.json").read_text())
-                if (folder / "status/learner.json").exists()
-                else {}
-            )
-            if learner.get("iteration", 0) >= 1:
-                break
-            time.sleep(1)
+        wait_learning(folder, warmup_timeout)
         s0, t0 = agents_steps(folder)
         cpu0, wall0 = _role_cpu_seconds(folder), time.monotonic()
         time.sleep(window)

@@ -20,7 +20,10 @@ SCRIPTS = sorted(p for p in BENCH.glob("*.py") if p.stem not in ("common", "repo
 )
 
 
-@pytest.mark.parametrize("script", SCRIPTS, ids=[str(p.relative_to(BENCH).with_suffix("")) for p in SCRIPTS])
+IDS = [str(p.relative_to(BENCH).with_suffix("")) for p in SCRIPTS]
+
+
+@pytest.mark.parametrize("script", SCRIPTS, ids=IDS)
 def test_a_benchmark_imports_and_parses_its_arguments(script: Path) -> None:
     done = subprocess.run(
         [sys.executable, str(script), "--help"], capture_output=True, text=True, timeout=120

@@ -23,6 +23,11 @@ pytestmark = pytest.mark.slow
 AUTOGROUP = Path("/proc/sys/kernel/sched_autogroup_enabled")
 
 
+def autogroups_on() -> bool:
+    """Whether this kernel groups each session for the scheduler."""
+    return AUTOGROUP.is_file() and AUTOGROUP.read_text().strip() == "1"
+
+
 def autogroup_of(pid: int) -> str | None:
     """`/autogroup-N nice K` of a process, where the kernel has autogroups."""
     try:
@@ -75,15 +80,14 @@ def test_every_role_leads_a_group_in_the_supervisors_session(
         assert os.getsid(supervisor) != os.getsid(0)  # a detached run is not our session's
         groups = {name: os.getpgid(pid) for name, pid in pids.items()}
         assert groups == pids  # each its own group: killpg stops a role and all it started
-        if AUTOGROUP.is_file() and AUTOGROUP.read_text().strip() == "1":
+        if autogroups_on():
             assert len({autogroup_of(pid) for pid in pids.values()}) == 1
     finally:
         sk("delete", "exp-sched", "--yes", root=root)
 
 
 @pytest.mark.skipif(
-    not (AUTOGROUP.is_file() and AUTOGROUP.read_text().strip() == "1"),
-    reason="the kernel does not group sessions for the scheduler here",
+    not autogroups_on(), reason="the kernel does not group sessions for the scheduler here"
 )
 def test_niceness_orders_processes_of_one_session_only() -> None:
     """Why roles share their supervisor's session (the kernel's behaviour the fix relies on)."""
