@@ -183,6 +183,11 @@ def failed_scheduling(api: Any, namespace: str, pod: str) -> Any:
     return next((e for e in events if e.reason == "FailedScheduling"), None)
 
 
+def pod_scheduled_condition(api: Any, namespace: str, pod: str) -> Any:
+    conditions = api.read_namespaced_pod(pod, namespace).status.conditions or []
+    return next((c for c in conditions if c.type == "PodScheduled"), None)
+
+
 def test_oversize_gpu_pod_stays_pending_with_failed_scheduling(
     kube_cluster: KubeCluster, kube_namespace: str
 ) -> None:
@@ -195,11 +200,16 @@ def test_oversize_gpu_pod_stays_pending_with_failed_scheduling(
         "a FailedScheduling event", lambda: failed_scheduling(api, kube_namespace, "gpu-too-big")
     )
     assert "Insufficient nvidia.com/gpu" in event.message
+    # The scheduler records the event and writes the pod's condition as two separate API calls,
+    # in no promised order: the condition is waited for on its own, not assumed with the event.
+    scheduled = wait_for(
+        "the pod's PodScheduled condition",
+        lambda: pod_scheduled_condition(api, kube_namespace, "gpu-too-big"),
+    )
+    assert scheduled.status == "False" and scheduled.reason == "Unschedulable"
     pod = api.read_namespaced_pod("gpu-too-big", kube_namespace)
     assert pod.status.phase == "Pending"
     assert not pod.spec.node_name
-    scheduled = [c for c in pod.status.conditions or [] if c.type == "PodScheduled"]
-    assert scheduled and scheduled[0].status == "False" and scheduled[0].reason == "Unschedulable"
 
 
 def test_deleting_owner_garbage_collects_dependents(
