@@ -121,8 +121,13 @@ def print_table(name: str, rows: list[Row]) -> None:
         print("  ".join(str(x).ljust(w) for x, w in zip(line, widths, strict=True)))
 
 
-def write_results(name: str, rows: list[Row], quick: bool | None = None) -> Path:
-    """Write `bench/results/<name>.json` (each row with the date and machine) and its path."""
+def write_results(
+    name: str, rows: list[Row], quick: bool | None = None, keep_others: bool = False
+) -> Path:
+    """Write `bench/results/<name>.json` (each row with the date and machine) and its path.
+
+    keep_others: a run that measured part of a bench keeps the committed rows of the metrics it
+    did not measure (each keeps its own date and machine); otherwise the file is the run's."""
     RESULTS.mkdir(parents=True, exist_ok=True)
     path = RESULTS / f"{name}.json"
     stamp = {
@@ -130,5 +135,10 @@ def write_results(name: str, rows: list[Row], quick: bool | None = None) -> Path
         "machine": machine(),
         "quick": _quick if quick is None else quick,
     }
-    path.write_text(json.dumps([{**r.to_dict(), **stamp} for r in rows], indent=2) + "\n")
+    out = [{**r.to_dict(), **stamp} for r in rows]
+    if keep_others and path.is_file():
+        measured = {row["metric"] for row in out}
+        kept = [row for row in json.loads(path.read_text()) if row["metric"] not in measured]
+        out = kept + out
+    path.write_text(json.dumps(out, indent=2) + "\n")
     return path

@@ -32,17 +32,22 @@ shows each seed, the median and the range (`bench/report.py`). The earlier "8 ag
 is gone: on 2 cores both ran on the same cores, so it scaled nothing. These need a quiet
 machine: on a shared one they measure the neighbours. Writes bench/results/learning.json.
 
---sample-factory adds Sample Factory's APPO (2.1.1, its MuJoCo example's settings, 2 rollout
-workers of 8 environments) as a second peer of PPO Ant-v5: it runs from a scratch venv made once
-under ~/.cache/surreal-kube/sample-factory (it pins numpy below 2; torch, gymnasium and MuJoCo
-are ours), checkpoints every 10 s and has its last 10 evaluated after the run like SB3's
-snapshots (bench/peers/sf_peer.py). A benchmark reference only, never a dependency.
+`--contender` picks who runs (ours, sb3, sample-factory; default ours and sb3); a contender left
+out keeps its committed runs, and a row is always the medians of the runs the details hold, so
+that the table and the seeds under it agree (stderr says when ours and a peer were not run
+together, so not interleaved). `--contender sample-factory` adds Sample Factory's APPO (2.1.1,
+its MuJoCo example's settings, 2 rollout workers of 8 environments) as a second peer of PPO
+Ant-v5: it runs from a scratch venv made once under ~/.cache/surreal-kube/sample-factory (it pins
+numpy below 2; torch, gymnasium and MuJoCo are ours), checkpoints every 10 s and has its last 10
+evaluated after the run like SB3's snapshots (bench/peers/sf_peer.py). A benchmark reference
+only, never a dependency.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import datetime
 import json
 import os
 import shutil
@@ -553,63 +558,82 @@ def run_local(algorithm: str, env_id: str, budget: float, seed: int) -> dict[str
     }
 
 
-def protocol_rows(
-    budget: float,
-    seeds: Sequence[int],
-    only: list[str] | None = None,
-    sample_factory: bool = False,
-) -> tuple[list[Row], list[dict]]:
-    """The protocol of issue 28: each task, ours and its fair peer, same cores, same wall clock,
-    same evaluation estimator, `seeds` each, interleaved (seed by seed, ours then the peers), so
-    that a slower hour of the machine falls on all. With `sample_factory`, Sample Factory's APPO
-    is a second peer of the on-policy task. Rows: the medians; the ranges are printed and kept
-    in the details."""
+CONTENDERS = ("ours", "sb3", "sample-factory")
+"""Who the protocol runs: ours, SB3 (the fair peer of every task), Sample Factory (PPO only)."""
+PEER_NAMES = {
+    ("ppo", "sb3"): "SB3 PPO (rl-zoo)",
+    ("ddpg", "sb3"): "SB3 TD3 (noise 0.1, 3-step)",
+    ("ppo", "sample-factory"): "Sample Factory APPO (its MuJoCo example)",
+}
+WHO = {"ours": "ours", "sb3": "peer", "sample-factory": "sample-factory"}
+"""How the details name each contender's runs (`peer` is SB3, as the first protocol wrote it)."""
+
+
+def protocol_runs(
+    budget: float, seeds: Sequence[int], tasks: Sequence[str], contenders: Sequence[str]
+) -> list[dict]:
+    """The protocol of issue 28: each task, ours and its fair peers, same cores, same wall
+    clock, same evaluation estimator, `seeds` each, interleaved (seed by seed, ours then the
+    peers), so that a slower hour of the machine falls on all. Sample Factory runs the on-policy
+    task only. Each run is stamped with its date."""
+    run_of = {"ours": run_local, "sb3": run_peer, "sample-factory": run_sample_factory}
     runs: list[dict] = []
-    tasks = only or list(FIGURES)
     for seed in seeds:
         for task in tasks:
             algorithm, env_id = TASKS[task]
-            contenders = [("ours", run_local), ("peer", run_peer)]
-            if sample_factory and algorithm == "ppo":
-                contenders.append(("sample-factory", run_sample_factory))
-            for who, run in contenders:
-                result = run(algorithm, env_id, budget, seed)
-                runs.append({"task": task, "who": who, "seed": seed, **result})
+            for who in contenders:
+                if (algorithm, who) not in PEER_NAMES and who != "ours":
+                    continue
+                result = run_of[who](algorithm, env_id, budget, seed)
+                date = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+                runs.append({"task": task, "who": WHO[who], "seed": seed, **result, "date": date})
                 print(f"  {task} seed {seed} {who}: {result}", file=sys.stderr)
-    peer_name = {
-        "ppo": "SB3 PPO (rl-zoo)",
-        "ddpg": "SB3 TD3 (noise 0.1, 3-step)",
-        "sample-factory": "Sample Factory APPO (its MuJoCo example)",
-    }
+    return runs
+
+
+def merge_runs(kept: Sequence[dict], new: Sequence[dict]) -> list[dict]:
+    """The details after a protocol run: a new run replaces the kept one of its task, contender
+    and seed; every other kept run stays (a run of one task or one peer keeps the rest)."""
+    fresh = {(r["task"], r["who"], r["seed"]) for r in new}
+    return [r for r in kept if (r["task"], r["who"], r["seed"]) not in fresh] + list(new)
+
+
+def protocol_rows(
+    runs: Sequence[dict], new: Sequence[dict], budget: float, seeds: int
+) -> list[Row]:
+    """The rows of every task run now: each peer's median against ours', both from `runs` (the
+    merged details), so that a row and the seeds the docs show under it always agree. Where
+    ours and a peer were not both run now, stderr says so: those runs were not interleaved."""
     rows = []
-    for task in tasks:
+    for task in dict.fromkeys(r["task"] for r in new):
         algorithm, env_id = TASKS[task]
-        got = {
-            who: values
-            for who in ("ours", "peer", "sample-factory")
-            if (values := [r["return"] for r in runs if r["task"] == task and r["who"] == who])
-        }
-        for who, values in got.items():
+        ours = [r["return"] for r in runs if r["task"] == task and r["who"] == "ours"]
+        now = {r["who"] for r in new if r["task"] == task}
+        for contender, who in WHO.items():
+            values = [r["return"] for r in runs if r["task"] == task and r["who"] == who]
+            if not values:
+                continue
             print(
-                f"{task} {who}: median {np.median(values):.0f}, range "
+                f"{task} {contender}: median {np.median(values):.0f}, range "
                 f"{min(values):.0f} to {max(values):.0f} over {len(values)} seeds",
                 file=sys.stderr,
             )
-        for who in ("peer", "sample-factory"):
-            if who not in got:
+            if contender == "ours" or not ours:
                 continue
+            if {"ours", who} - now:
+                print(f"{task}: ours and {contender} were not run together", file=sys.stderr)
             rows.append(
                 Row(
-                    f"{algorithm.upper()} {env_id} return, median of {len(seeds)} seeds (last "
+                    f"{algorithm.upper()} {env_id} return, median of {seeds} seeds (last "
                     f"{LAST_EVALS} evals of {EVAL_EPISODES}), {budget:.0f} s, vs "
-                    f"{peer_name[algorithm if who == 'peer' else who]}",
-                    float(np.median(got["ours"])),
-                    float(np.median(got[who])),
+                    f"{PEER_NAMES[(algorithm, contender)]}",
+                    float(np.median(ours)),
+                    float(np.median(values)),
                     "return",
                     "higher",
                 )
             )
-    return rows, runs
+    return rows
 
 
 def main() -> None:
@@ -641,9 +665,11 @@ def main() -> None:
         "--seeds", type=int, default=len(PROTOCOL_SEEDS), help="seeds per task (3; quick 1)"
     )
     parser.add_argument(
-        "--sample-factory",
-        action="store_true",
-        help="the protocol's on-policy task also against Sample Factory (a scratch venv)",
+        "--contender",
+        action="append",
+        choices=CONTENDERS,
+        help="who the protocol runs (repeatable; default: ours and sb3); sample-factory runs "
+        "PPO Ant-v5 only, from a scratch venv. A contender left out keeps its committed runs",
     )
     args = parser.parse_args()
     budget = args.budget or (5.0 if args.quick else 600.0)
@@ -673,17 +699,19 @@ def main() -> None:
         )
     if args.gpu:
         rows += gpu_rows(args.quick)
+    details = RESULTS / "learning.details.json"
     if args.figures or args.only_figures:
         figure_budget = args.figure_budget or (60.0 if args.quick else 600.0)
         seeds = range(1 if args.quick else args.seeds)
-        protocol, runs = protocol_rows(
-            figure_budget, list(seeds), args.figure, args.sample_factory
-        )
-        rows += protocol
+        contenders = args.contender or ["ours", "sb3"]
+        new = protocol_runs(figure_budget, list(seeds), args.figure or FIGURES, contenders)
+        kept = json.loads(details.read_text())["runs"] if details.is_file() else []
+        runs = merge_runs(kept, new)
+        rows += protocol_rows(runs, new, figure_budget, len(seeds))
     print_table("learning", rows)
-    path = write_results("learning", rows)
+    # the protocol alone keeps the committed rows it did not measure again
+    path = write_results("learning", rows, keep_others=args.only_figures)
     if args.figures or args.only_figures:
-        details = path.with_name("learning.details.json")
         details.write_text(json.dumps({"budget_s": figure_budget, "runs": runs}, indent=2) + "\n")
     print(f"wrote {path}")
 

@@ -1,0 +1,67 @@
+"""The learning protocol's bookkeeping (bench/learning.py): a run of one contender or one task
+keeps the committed runs and rows of the others, and every row is the medians of the runs the
+details hold, so that docs/benchmarks.md's table and the seeds under it never disagree."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+BENCH = Path(__file__).resolve().parent.parent / "bench"
+sys.path.insert(0, str(BENCH))
+
+import common  # noqa: E402
+import learning  # noqa: E402
+
+
+def run(task: str, who: str, seed: int, ret: float) -> dict:
+    return {"task": task, "who": who, "seed": seed, "return": ret}
+
+
+KEPT = [
+    *(run("ppo-ant", "ours", s, r) for s, r in enumerate([4400.0, 4600.0, 4650.0])),
+    *(run("ppo-ant", "peer", s, r) for s, r in enumerate([260.0, 220.0, 430.0])),
+    *(run("ddpg-ant", "ours", s, r) for s, r in enumerate([1900.0, 1700.0, 1500.0])),
+]
+
+
+def test_a_new_run_replaces_only_its_own_task_contender_and_seed() -> None:
+    new = [run("ppo-ant", "sample-factory", s, 1000.0 + s) for s in range(3)]
+    merged = learning.merge_runs(KEPT, new)
+    assert len(merged) == len(KEPT) + 3
+    again = learning.merge_runs(merged, [run("ppo-ant", "ours", 1, 5000.0)])
+    ours = sorted((r["seed"], r["return"]) for r in again if r["who"] == "ours" and r["task"] == "ppo-ant")
+    assert ours == [(0, 4400.0), (1, 5000.0), (2, 4650.0)]
+    assert len(again) == len(merged)
+
+
+def test_a_peer_run_alone_is_compared_with_ours_kept_runs_and_said_so(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    new = [run("ppo-ant", "sample-factory", s, r) for s, r in enumerate([900.0, 1200.0, 1100.0])]
+    rows = learning.protocol_rows(learning.merge_runs(KEPT, new), new, 600.0, 3)
+    by_peer = {row.metric.rsplit("vs ", 1)[1]: row for row in rows}
+    # the task touched now gets every peer's row from the merged runs; ddpg-ant was not touched
+    assert set(by_peer) == {"SB3 PPO (rl-zoo)", "Sample Factory APPO (its MuJoCo example)"}
+    sf = by_peer["Sample Factory APPO (its MuJoCo example)"]
+    assert (sf.ours, sf.reference) == (4600.0, 1100.0)
+    assert by_peer["SB3 PPO (rl-zoo)"].reference == 260.0
+    err = capsys.readouterr().err
+    assert "ours and sample-factory were not run together" in err
+    assert "ours and sb3 were not run together" in err
+
+
+def test_keep_others_keeps_the_rows_a_run_did_not_measure(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(common, "RESULTS", tmp_path)
+    old = common.Row("a", 2.0, 1.0, "x", "higher")
+    common.write_results("t", [old, common.Row("b", 1.0, 1.0, "x", "higher")])
+    common.write_results("t", [common.Row("b", 3.0, 1.0, "x", "higher")], keep_others=True)
+    rows = {r["metric"]: r["ours"] for r in json.loads((tmp_path / "t.json").read_text())}
+    assert rows == {"a": 2.0, "b": 3.0}
+    common.write_results("t", [common.Row("b", 4.0, 1.0, "x", "higher")])
+    assert [r["metric"] for r in json.loads((tmp_path / "t.json").read_text())] == ["b"]
