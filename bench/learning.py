@@ -602,8 +602,9 @@ def protocol_rows(
     runs: Sequence[dict], new: Sequence[dict], budget: float, seeds: int
 ) -> list[Row]:
     """The rows of every task run now: each peer's median against ours', both from `runs` (the
-    merged details), so that a row and the seeds the docs show under it always agree. Where
-    ours and a peer were not both run now, stderr says so: those runs were not interleaved."""
+    merged details), so that a row and the seeds the docs show under it always agree; a row
+    neither side of which ran now is left as committed. Where ours and a peer were not both run
+    now, stderr says so: those runs were not interleaved."""
     rows = []
     for task in dict.fromkeys(r["task"] for r in new):
         algorithm, env_id = TASKS[task]
@@ -618,8 +619,8 @@ def protocol_rows(
                 f"{min(values):.0f} to {max(values):.0f} over {len(values)} seeds",
                 file=sys.stderr,
             )
-            if contender == "ours" or not ours:
-                continue
+            if contender == "ours" or not ours or not {"ours", who} & now:
+                continue  # neither side run now: its committed row (and date) stays
             if {"ours", who} - now:
                 print(f"{task}: ours and {contender} were not run together", file=sys.stderr)
             rows.append(

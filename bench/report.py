@@ -84,7 +84,10 @@ def _seed_table(details: Path) -> list[str]:
     out = ["Every seed of these medians (`" + details.name + "`):", ""]
     out += ["| task | run | returns, by seed | median | range | env steps/s, median |"]
     out += ["|---|---|---|---|---|---|"]
-    order = sorted({(r["task"], r["who"]) for r in runs}, key=lambda tw: (tw[0], tw[1] != "ours"))
+    # ours first, then the peers by name: a set's order changes with each process's hash seed
+    order = sorted(
+        {(r["task"], r["who"]) for r in runs}, key=lambda tw: (tw[0], tw[1] != "ours", tw[1])
+    )
     for task, who in order:
         mine = sorted((r for r in runs if r["task"] == task and r["who"] == who),
                       key=lambda r: r["seed"])  # fmt: skip

@@ -43,15 +43,24 @@ def test_a_peer_run_alone_is_compared_with_ours_kept_runs_and_said_so(
 ) -> None:
     new = [run("ppo-ant", "sample-factory", s, r) for s, r in enumerate([900.0, 1200.0, 1100.0])]
     rows = learning.protocol_rows(learning.merge_runs(KEPT, new), new, 600.0, 3)
-    by_peer = {row.metric.rsplit("vs ", 1)[1]: row for row in rows}
-    # the task touched now gets every peer's row from the merged runs; ddpg-ant was not touched
-    assert set(by_peer) == {"SB3 PPO (rl-zoo)", "Sample Factory APPO (its MuJoCo example)"}
-    sf = by_peer["Sample Factory APPO (its MuJoCo example)"]
-    assert (sf.ours, sf.reference) == (4600.0, 1100.0)
-    assert by_peer["SB3 PPO (rl-zoo)"].reference == 260.0
+    # SB3's row ran neither side now: it stays as committed (with its date), not rewritten
+    assert [row.metric.rsplit("vs ", 1)[1] for row in rows] == [
+        "Sample Factory APPO (its MuJoCo example)"
+    ]
+    assert (rows[0].ours, rows[0].reference) == (4600.0, 1100.0)
     err = capsys.readouterr().err
     assert "ours and sample-factory were not run together" in err
-    assert "ours and sb3 were not run together" in err
+    assert "sb3 were not run together" not in err
+
+
+def test_ours_run_again_rewrites_every_peer_row_of_its_task(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    new = [run("ppo-ant", "ours", s, r) for s, r in enumerate([5000.0, 5100.0, 4900.0])]
+    rows = learning.protocol_rows(learning.merge_runs(KEPT, new), new, 600.0, 3)
+    (sb3,) = rows  # the row and the seeds under it in the docs must agree: new ours, kept peer
+    assert (sb3.ours, sb3.reference) == (5000.0, 260.0)
+    assert "ours and sb3 were not run together" in capsys.readouterr().err
 
 
 def test_keep_others_keeps_the_rows_a_run_did_not_measure(

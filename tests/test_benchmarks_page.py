@@ -52,12 +52,18 @@ def test_a_protocol_shows_every_seed_with_median_and_range(tmp_path: Path) -> No
     (results / "learning.json").write_text(json.dumps([{**row, "better": "higher"}]))
     runs = [
         {"task": "ppo-ant", "who": who, "seed": seed, "return": ret, "env_steps_per_s": 10.0}
-        for who, rets in (("peer", (900.0, 1000.0, 1500.0)), ("ours", (4200.0, 3100.0, 4000.0)))
+        for who, rets in (
+            ("sample-factory", (2000.0, 3000.0, 2500.0)),
+            ("peer", (900.0, 1000.0, 1500.0)),
+            ("ours", (4200.0, 3100.0, 4000.0)),
+        )
         for seed, ret in enumerate(rets)
     ]
     (results / "learning.details.json").write_text(json.dumps({"runs": runs}))
     page = report.render(results, bench)
     ours = "| ppo-ant | ours | 0: 4,200, 1: 3,100, 2: 4,000 | 4,000 | 3,100 to 4,200 | 10 |"
     peer = "| ppo-ant | peer | 0: 900, 1: 1,000, 2: 1,500 | 1,000 | 900 to 1,500 | 10 |"
-    assert ours in page and peer in page
-    assert page.index(ours) < page.index(peer)
+    sf = "| ppo-ant | sample-factory | 0: 2,000, 1: 3,000, 2: 2,500 | 2,500 | 2,000 to 3,000 | 10 |"
+    assert ours in page and peer in page and sf in page
+    # ours, then the peers by name, whatever the order of the runs and the process's hash seed
+    assert page.index(ours) < page.index(peer) < page.index(sf)
