@@ -27,15 +27,6 @@ under the node's work directory, deletes the network namespace and veth, removes
 the kubelet's /var/log/containers links and the CNI result cache, and restores the kernel
 settings the kubelet changes. It works from the slot's state file alone, so it can run in a
 later process.
-
-What a node keeps is its images: containerd's root (content, snapshots, image records) is a
-cache per slot (`image_store`), so the runtime image loaded by one test run is there for the
-next, and a rebuilt one brings only its changed layers (loading the two runtime images into an
-empty node took 134 s of the suite's warm half hour). Everything else containerd keeps per run
-(its state directory, the shims, the mounts) is under the work directory as before, and at start
-the store is purged of every container and sandbox an earlier node left, with the CRI off, so
-the kubelet starts on images only. A store that cannot be purged, or that grew past
-IMAGE_STORE_MAX_BYTES, is removed and begins empty.
 """
 
 from __future__ import annotations
@@ -48,7 +39,6 @@ import os
 import shutil
 import signal
 import subprocess
-import sys
 import tempfile
 import time
 import urllib.error
@@ -77,15 +67,6 @@ MAX_SLOTS = 16
 SLOT_ROOT = Path("/run/surreal-kube-node")
 SYSCTLS_FILE = SLOT_ROOT / "sysctls.json"
 WORKDIR_PREFIX = "surreal-kube-node-"
-IMAGE_STORE_MAX_BYTES = 24 << 30
-"""A slot's image store past this is removed at the next start (each runtime image is a few
-GiB unpacked; rebuilt ones add their changed layers)."""
-CRI_PLUGINS = (
-    "io.containerd.grpc.v1.cri",
-    "io.containerd.cri.v1.runtime",
-    "io.containerd.cri.v1.images",
-)
-"""Off while the store is purged: the CRI would recover the old sandboxes it is purged of."""
 RUNC = "/usr/sbin/runc"  # Debian's runc (Makefile DEB_PACKAGES)
 # Kernel settings the kubelet sets at start (protectKernelDefaults: false); restored at stop.
 KUBELET_SYSCTLS = (
@@ -115,17 +96,6 @@ def built_node_bin_dir() -> Path | None:
     $SURREAL_KUBE_NODE_BIN, when set, names a directory to use instead.
     """
     return controlplane.bin_dir_of(BUILD_SCRIPT, "SURREAL_KUBE_NODE_BIN")
-
-
-def image_store(bin_dir: str | os.PathLike[str], slot: int) -> Path:
-    """Containerd's root of the nodes of slot `slot` built in `bin_dir`: kept between runs
-    (see the module docstring). Keyed by the build, so that another containerd never reads it;
-    by slot, so that two nodes at once never share one."""
-    import hashlib
-
-    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
-    build = hashlib.sha256(str(Path(bin_dir).resolve()).encode()).hexdigest()[:12]
-    return cache / "surreal-kube" / "node-images" / build / f"slot-{slot}"
 
 
 def missing_host_tools() -> list[str]:
@@ -341,7 +311,6 @@ class RealNode:
             self._setup_network()
             self._write_configs()
             self._start_socat()
-            self._purge_image_store(deadline)
             self._start_containerd(deadline)
             self._import_builtin_images()
             self._publish_apiserver_endpoint()
@@ -488,25 +457,14 @@ class RealNode:
     def _api_port(self) -> int:
         return self.cp.ports["apiserver"]
 
-    @property
-    def image_store(self) -> Path:
-        """Containerd's root: this slot's image store, kept between runs."""
-        return image_store(self.bin_dir, self._slot.index)
-
-    def _containerd_config(self, purge: bool = False) -> str:
-        """The node's containerd configuration; with `purge`, the store's maintenance one: the
-        CRI off, its own state directory and socket (see `_purge_image_store`)."""
+    def _containerd_config(self) -> str:
         wd = self._wd / "containerd"
         cni = self._wd / "cni"
-        state, sock = wd / "state", wd / "containerd.sock"
-        if purge:
-            state, sock = wd / "purge-state", wd / "purge.sock"
-        off = "".join(f'  "{name}",\n' for name in CRI_PLUGINS) if purge else ""
         return f"""version = 3
-root = "{self.image_store}"
-state = "{state}"
+root = "{wd / "root"}"
+state = "{wd / "state"}"
 disabled_plugins = [
-{off}  "io.containerd.nri.v1.nri",
+  "io.containerd.nri.v1.nri",
   "io.containerd.snapshotter.v1.btrfs",
   "io.containerd.snapshotter.v1.zfs",
   "io.containerd.snapshotter.v1.devmapper",
@@ -516,10 +474,10 @@ disabled_plugins = [
 ]
 
 [grpc]
-  address = "{sock}"
+  address = "{wd / "containerd.sock"}"
 
 [ttrpc]
-  address = "{sock}.ttrpc"
+  address = "{wd / "containerd.sock.ttrpc"}"
 
 [debug]
   level = "info"
@@ -687,57 +645,6 @@ disabled_plugins = [
             [f"TCP-LISTEN:{port},bind={s.host_ip},fork,reuseaddr", f"TCP:127.0.0.1:{port}"],
             in_netns=False,
         )
-
-    def _purge_image_store(self, deadline: float) -> None:
-        """Leave only images in the slot's store: an earlier node's containers and sandboxes
-        (with their snapshots), leases of an interrupted import and the CRI's records of them
-        go. A store never started, outgrown (IMAGE_STORE_MAX_BYTES) or that fails this begins
-        empty instead."""
-        store = self.image_store
-        started = (store / "io.containerd.metadata.v1.bolt").is_dir()
-        if started and _tree_bytes(store) <= IMAGE_STORE_MAX_BYTES and self._purged(deadline):
-            for records in ("sandboxes", "containers"):
-                shutil.rmtree(store / "io.containerd.grpc.v1.cri" / records, ignore_errors=True)
-            return
-        shutil.rmtree(store, ignore_errors=True)
-        store.mkdir(parents=True, exist_ok=True)
-
-    def _purged(self, deadline: float) -> bool:
-        """Delete the store's containers and leases through a containerd of its own with the
-        CRI off (so that nothing recovers the old sandboxes meanwhile); whether it could."""
-        conf = self._wd / "containerd" / "purge.toml"
-        conf.write_text(self._containerd_config(purge=True))
-        sock = self._wd / "containerd" / "purge.sock"
-        ctr = [str(self.ctr), "--address", str(sock), "--namespace", "k8s.io"]
-
-        def run(*args: str) -> list[str]:
-            done = subprocess.run([*ctr, *args], capture_output=True, text=True, timeout=60)
-            if done.returncode != 0:
-                raise NodeError(f"ctr {' '.join(args)}: {done.stderr.strip()}")
-            return done.stdout.split()
-
-        def up() -> bool:
-            return (
-                sock.exists()
-                and subprocess.run([*ctr, "version"], capture_output=True).returncode == 0
-            )
-
-        self._spawn("containerd", ["--config", str(conf)], in_netns=False)
-        proc = self.procs[-1]
-        try:
-            self._wait(deadline, "containerd to purge the image store", up)
-            if containers := run("containers", "list", "--quiet"):
-                run("containers", "delete", *containers)
-            if leases := run("leases", "list", "--quiet"):
-                run("leases", "delete", *leases)
-        except (NodeError, subprocess.TimeoutExpired) as exc:
-            print(f"real node: the image store begins empty ({exc})", file=sys.stderr)
-            return False
-        finally:
-            _stop_proc(proc)
-            self.procs.remove(proc)
-            self._save_state()
-        return True
 
     def _start_containerd(self, deadline: float) -> None:
         self._spawn("containerd", ["--config", str(self._wd / "containerd" / "config.toml")])
@@ -1059,8 +966,6 @@ def teardown(state: Mapping[str, Any]) -> None:
         step(_stop_proc, proc)
     if workdir is not None:
         step(_unmount_under, workdir)
-    if state.get("bin_dir"):  # an unpack cut short can leave a mount in the store
-        step(_unmount_under, image_store(state["bin_dir"], slot.index))
     with contextlib.suppress(subprocess.CalledProcessError):
         _run(["ip", "netns", "del", slot.netns], quiet=True)
     with contextlib.suppress(subprocess.CalledProcessError):
@@ -1191,15 +1096,6 @@ def mounts_under(path: Path) -> list[str]:
         if point == str(path) or point.startswith(prefix):
             found.append(point)
     return sorted(set(found), key=len, reverse=True)
-
-
-def _tree_bytes(path: Path) -> int:
-    """Bytes the files under `path` take on disk (`du -s`; 0 if it cannot say)."""
-    done = subprocess.run(["du", "-s", "--block-size=1", str(path)], capture_output=True, text=True)
-    try:
-        return int(done.stdout.split()[0])
-    except (IndexError, ValueError):
-        return 0
 
 
 def _unmount_under(path: Path) -> None:
