@@ -121,6 +121,11 @@ def print_table(name: str, rows: list[Row]) -> None:
         print("  ".join(str(x).ljust(w) for x, w in zip(line, widths, strict=True)))
 
 
+def utc_stamp() -> str:
+    """Now, as every result row and protocol run is dated."""
+    return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
 def write_results(
     name: str, rows: list[Row], quick: bool | None = None, keep_others: bool = False
 ) -> Path:
@@ -131,7 +136,7 @@ def write_results(
     RESULTS.mkdir(parents=True, exist_ok=True)
     path = RESULTS / f"{name}.json"
     stamp = {
-        "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "date": utc_stamp(),
         "machine": machine(),
         "quick": _quick if quick is None else quick,
     }

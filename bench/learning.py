@@ -47,7 +47,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import datetime
 import json
 import os
 import shutil
@@ -66,7 +65,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from common import Row, print_table, write_results
+from common import Row, print_table, utc_stamp, write_results
 
 ENVS = ("HalfCheetah-v5", "Ant-v5")
 PPO_SETTINGS = {
@@ -475,11 +474,15 @@ def sample_factory_python() -> str:
     subprocess.run([sys.executable, "-m", "venv", str(SAMPLE_FACTORY_HOME)], check=True)
     ours = subprocess.run(
         [sys.executable, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-        capture_output=True, text=True, check=True,
+        capture_output=True,
+        text=True,
+        check=True,
     ).stdout.strip()
     theirs = subprocess.run(
         [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-        capture_output=True, text=True, check=True,
+        capture_output=True,
+        text=True,
+        check=True,
     ).stdout.strip()
     Path(theirs, "surreal_kube_venv.pth").write_text(ours + "\n")  # after its own packages
     subprocess.run(
@@ -585,17 +588,22 @@ def protocol_runs(
                 if (algorithm, who) not in PEER_NAMES and who != "ours":
                     continue
                 result = run_of[who](algorithm, env_id, budget, seed)
-                date = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-                runs.append({"task": task, "who": WHO[who], "seed": seed, **result, "date": date})
+                runs.append(
+                    {"task": task, "who": WHO[who], "seed": seed, **result, "date": utc_stamp()}
+                )
                 print(f"  {task} seed {seed} {who}: {result}", file=sys.stderr)
     return runs
 
 
-def merge_runs(kept: Sequence[dict], new: Sequence[dict]) -> list[dict]:
+def merge_runs(kept: dict, new: Sequence[dict], budget: float) -> list[dict]:
     """The details after a protocol run: a new run replaces the kept one of its task, contender
-    and seed; every other kept run stays (a run of one task or one peer keeps the rest)."""
+    and seed; every other kept run stays (a run of one task or one peer keeps the rest). Kept
+    runs of another budget (a --quick run's 60 s) are not comparable: none of them stays."""
+    if kept.get("budget_s") != budget:
+        return list(new)
     fresh = {(r["task"], r["who"], r["seed"]) for r in new}
-    return [r for r in kept if (r["task"], r["who"], r["seed"]) not in fresh] + list(new)
+    runs = kept.get("runs") or []
+    return [r for r in runs if (r["task"], r["who"], r["seed"]) not in fresh] + list(new)
 
 
 def protocol_rows(
@@ -705,9 +713,17 @@ def main() -> None:
         figure_budget = args.figure_budget or (60.0 if args.quick else 600.0)
         seeds = range(1 if args.quick else args.seeds)
         contenders = args.contender or ["ours", "sb3"]
-        new = protocol_runs(figure_budget, list(seeds), args.figure or FIGURES, contenders)
-        kept = json.loads(details.read_text())["runs"] if details.is_file() else []
-        runs = merge_runs(kept, new)
+        tasks = args.figure or FIGURES
+        if not any(
+            c == "ours" or (TASKS[t][0], c) in PEER_NAMES for c in contenders for t in tasks
+        ):
+            parser.error(
+                f"--contender {' '.join(contenders)} runs none of {', '.join(tasks)}: "
+                "sample-factory runs ppo-ant only"
+            )
+        new = protocol_runs(figure_budget, list(seeds), tasks, contenders)
+        kept = json.loads(details.read_text()) if details.is_file() else {}
+        runs = merge_runs(kept, new, figure_budget)
         rows += protocol_rows(runs, new, figure_budget, len(seeds))
     print_table("learning", rows)
     # the protocol alone keeps the committed rows it did not measure again

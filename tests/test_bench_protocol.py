@@ -28,12 +28,24 @@ KEPT = [
 ]
 
 
+DETAILS = {"budget_s": 600.0, "runs": KEPT}
+
+
+def test_runs_of_another_budget_are_not_merged() -> None:
+    quick = [run("ppo-ant", "ours", 0, 100.0)]
+    assert learning.merge_runs(DETAILS, quick, 60.0) == quick
+
+
 def test_a_new_run_replaces_only_its_own_task_contender_and_seed() -> None:
     new = [run("ppo-ant", "sample-factory", s, 1000.0 + s) for s in range(3)]
-    merged = learning.merge_runs(KEPT, new)
+    merged = learning.merge_runs(DETAILS, new, 600.0)
     assert len(merged) == len(KEPT) + 3
-    again = learning.merge_runs(merged, [run("ppo-ant", "ours", 1, 5000.0)])
-    ours = sorted((r["seed"], r["return"]) for r in again if r["who"] == "ours" and r["task"] == "ppo-ant")
+    again = learning.merge_runs(
+        {"budget_s": 600.0, "runs": merged}, [run("ppo-ant", "ours", 1, 5000.0)], 600.0
+    )
+    ours = sorted(
+        (r["seed"], r["return"]) for r in again if r["who"] == "ours" and r["task"] == "ppo-ant"
+    )
     assert ours == [(0, 4400.0), (1, 5000.0), (2, 4650.0)]
     assert len(again) == len(merged)
 
@@ -42,7 +54,7 @@ def test_a_peer_run_alone_is_compared_with_ours_kept_runs_and_said_so(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     new = [run("ppo-ant", "sample-factory", s, r) for s, r in enumerate([900.0, 1200.0, 1100.0])]
-    rows = learning.protocol_rows(learning.merge_runs(KEPT, new), new, 600.0, 3)
+    rows = learning.protocol_rows(learning.merge_runs(DETAILS, new, 600.0), new, 600.0, 3)
     # SB3's row ran neither side now: it stays as committed (with its date), not rewritten
     assert [row.metric.rsplit("vs ", 1)[1] for row in rows] == [
         "Sample Factory APPO (its MuJoCo example)"
@@ -57,7 +69,7 @@ def test_ours_run_again_rewrites_every_peer_row_of_its_task(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     new = [run("ppo-ant", "ours", s, r) for s, r in enumerate([5000.0, 5100.0, 4900.0])]
-    rows = learning.protocol_rows(learning.merge_runs(KEPT, new), new, 600.0, 3)
+    rows = learning.protocol_rows(learning.merge_runs(DETAILS, new, 600.0), new, 600.0, 3)
     (sb3,) = rows  # the row and the seeds under it in the docs must agree: new ours, kept peer
     assert (sb3.ours, sb3.reference) == (5000.0, 260.0)
     assert "ours and sb3 were not run together" in capsys.readouterr().err
