@@ -25,12 +25,14 @@ defaults: 2 agents, 1 eval) against its fair peer (SB3 as a user who knows it ru
 cores: rl-zoo's PPO settings with 2 environment processes; TD3 with Gaussian noise 0.1 and our
 3-step returns, 2 environment processes), the same wall clock (`--figure-budget`, 600 s), the
 same estimator (the mean of the last 10 evaluations of 5 deterministic episodes, one every 10 s:
-ours by its evaluator during the run, the peer's from policy snapshots after it, so that they
-take none of its training time), 3 seeds each (`--seeds`), interleaved seed by seed. The table
-gives the medians; every run is kept in bench/results/learning.details.json, and the docs page
-shows each seed, the median and the range (`bench/report.py`). The earlier "8 agents vs 2" row
-is gone: on 2 cores both ran on the same cores, so it scaled nothing. These need a quiet
-machine: on a shared one they measure the neighbours. Writes bench/results/learning.json.
+ours by its evaluator's snapshots, played while no agent waits for a CPU (on 2 cores: one a
+minute, the rest when the agents stop; runtime/eval.py), the peer's from policy snapshots after
+its run, so that evaluations take none of either's training time), 3 seeds each (`--seeds`),
+interleaved seed by seed. The table gives the medians; every run is kept in
+bench/results/learning.details.json, and the docs page shows each seed, the median and the range
+(`bench/report.py`). The earlier "8 agents vs 2" row is gone: on 2 cores both ran on the same
+cores, so it scaled nothing. These need a quiet machine: on a shared one they measure the
+neighbours. Writes bench/results/learning.json.
 
 `--contender` picks who runs (ours, sb3, sample-factory; default ours and sb3); a contender left
 out keeps its committed runs, and a row is always the medians of the runs the details hold, so
@@ -352,8 +354,8 @@ PEER_ENVS = 2
 
 def _snapshots(seconds: float, vec_normalize: Any = None) -> Any:
     """An SB3 callback: stop at the wall-clock budget, and every EVAL_EVERY_SECONDS keep a copy
-    of the policy (and the observation statistics) to evaluate after the run: our evaluator
-    plays beside the agents, the peer's evaluations take none of its training time."""
+    of the policy (and the observation statistics) to evaluate after the run, as our evaluator
+    keeps its snapshots until the CPUs are free: evaluations take none of the training time."""
     import copy
 
     from stable_baselines3.common.callbacks import BaseCallback

@@ -456,13 +456,17 @@ class ParameterClient:
         except Exception as exc:
             self.info = before
             self.updates -= 1
-            self.rejects.add(
-                wire.WireError("bad-params", f"{type(exc).__name__}: {str(exc)[:200]}"),
-                "fetch reply",
-            )
-            self._refused()
+            self.count_refused(exc)
             return False
         return True
+
+    def count_refused(self, exc: Exception) -> None:
+        """Count a set whose hash matched but that the model could not load (why: `exc`)."""
+        self.rejects.add(
+            wire.WireError("bad-params", f"{type(exc).__name__}: {str(exc)[:200]}"),
+            "fetch reply",
+        )
+        self._refused()
 
     def _failed(self) -> None:
         """No answer in time: the REQ socket cannot send again, so it is rebuilt, and the owner

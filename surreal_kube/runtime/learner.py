@@ -397,21 +397,30 @@ class LearnerRole(RoleBase):
     def _read_evals(self) -> float | None:
         """Mean of the evals' newest returns, from their progress files (if visible).
 
-        A new evaluation of a version whose parameters are still in memory is saved as a best
-        policy candidate (see the module docstring).
+        Each new evaluation (an evaluator lists its latest, runtime/eval.py) of a version whose
+        parameters are still in memory is a best policy candidate (see the module docstring).
         """
         returns = []
         for path in (self.ctx.experiment_dir / "status").glob("evals-*.json"):
             data = read_status(path)
-            value = data.get("last_return") if data else None
-            if not isinstance(value, (int, float)) or data is None:
+            if data is None:
                 continue
-            returns.append(float(value))
-            count, version = data.get("evaluations"), data.get("param_version")
-            if isinstance(count, int) and count != self.eval_seen.get(path.stem):
-                self.eval_seen[path.stem] = count
-                if isinstance(version, int):
-                    self._keep_if_best(version, float(value))
+            value = data.get("last_return")
+            if isinstance(value, (int, float)):
+                returns.append(float(value))
+            for rec in data.get("recent_evaluations") or []:
+                if not isinstance(rec, dict):
+                    continue
+                number, version, score = (
+                    rec.get("evaluation"),
+                    rec.get("param_version"),
+                    rec.get("return"),
+                )
+                if not isinstance(number, int) or number <= self.eval_seen.get(path.stem, -1):
+                    continue
+                self.eval_seen[path.stem] = number
+                if isinstance(version, int) and isinstance(score, (int, float)):
+                    self._keep_if_best(version, float(score))
         return sum(returns) / len(returns) if returns else self.eval_return
 
     def _keep_if_best(self, version: int, score: float) -> None:

@@ -55,7 +55,8 @@ scheduler gives every runnable process an equal share: with 8 agent processes on
 learner got a tenth of the CPU, half its iterations with 2 agents, while the agents made
 experience that aged past the policy-lag bound waiting for it. Agents are throttled by replay's
 rate limiter anyway, so giving them what the learner leaves costs them nothing the learner could
-have used. Evals rank between: they must still report while agents run flat out. TensorBoard's
+have used. Evals rank between: their loop takes the snapshots on time while agents run flat
+out (the episodes are played by a thread under SCHED_IDLE, runtime/eval.py). TensorBoard's
 start (a second of CPU, at the moment every role starts) waits behind the roles. In a pod with a
 CPU limit of its own, niceness only orders the processes of that container: harmless.
 

@@ -46,7 +46,13 @@ def std(values: Iterable[float]) -> float | None:
 
 
 def parse_curve(text: str) -> list[dict[str, Any]]:
-    """Points of a curve file's text; a line cut by a crash (or not a point) is skipped."""
+    """Points of a curve file's text in the run's time order; a line cut by a crash (or not a
+    point) is skipped.
+
+    The file's order is the order evaluations finished: a local evaluator plays its newest
+    snapshot first while the CPUs are taken and the older ones later (runtime/eval.py), so the
+    points are sorted by the time of their snapshot (a stable sort: ties keep the file's order).
+    """
     points = []
     for line in text.splitlines():
         try:
@@ -55,7 +61,13 @@ def parse_curve(text: str) -> list[dict[str, Any]]:
             continue
         if isinstance(point, dict) and isinstance(point.get("eval_return"), int | float):
             points.append(point)
+    points.sort(key=_wall_time)
     return points
+
+
+def _wall_time(point: Mapping[str, Any]) -> float:
+    value = point.get("wall_time")
+    return float(value) if isinstance(value, int | float) else 0.0
 
 
 def load_curve(path: Path) -> list[dict[str, Any]]:

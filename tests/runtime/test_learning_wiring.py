@@ -146,14 +146,18 @@ def test_an_eval_score_carries_its_parameter_version(local_run):
         spaces = env_spaces(learner_ctx.spec.env)
         learner = make_learner(learner_ctx.spec, *spaces, device="cpu")
         publisher.publish(learner.parameters(), 7, env_steps=4321)
-        result, deadline = None, time.monotonic() + 60
-        while result is None and time.monotonic() < deadline:
-            result = role.evaluate()
-        assert result is not None, "the evaluator never got parameters"
+        snap, deadline = None, time.monotonic() + 60
+        while snap is None and time.monotonic() < deadline:
+            snap = role.snapshot()
+        assert snap is not None, "the evaluator never got parameters"
         publisher.publish(learner.parameters(), 8, env_steps=5000)  # newer, not evaluated
+        assert role.evaluate(snap) is not None
         role._update_progress()
         data = role.progress.data
         assert data["param_version"] == 7 and data["param_env_steps"] == 4321
+        (rec,) = data["recent_evaluations"]
+        assert (rec["param_version"], rec["param_env_steps"]) == (7, 4321)
+        assert rec["taken_at"] == snap.taken_at and rec["episodes"] == 3
         assert len(data["last_returns"]) == 3
         assert data["last_return"] == pytest.approx(np.mean(data["last_returns"]))
         assert data["last_return_std"] == pytest.approx(np.std(data["last_returns"]))
@@ -185,6 +189,18 @@ def test_two_envs_of_one_agent_explore_with_different_noise(local_run):
         role.close()
 
 
+def _eval_status(score: float, number: int, *, version: int) -> dict:
+    """An evaluator's progress file after its evaluation `number` (runtime/eval.py)."""
+    rec = {"evaluation": number, "return": score, "param_version": version, "taken_at": 0.0}
+    return {
+        "role": "eval",
+        "last_return": score,
+        "evaluations": number,
+        "param_version": version,
+        "recent_evaluations": [rec],
+    }
+
+
 def test_keep_best_keeps_the_weights_that_earned_the_score(local_run):
     from surreal_kube.runtime.learner import LearnerRole
 
@@ -200,10 +216,7 @@ def test_keep_best_keeps_the_weights_that_earned_the_score(local_run):
                 p.add_(1.0)
         role.learner.iteration = 3
         role.publish()
-        write_atomic(
-            status,
-            {"role": "eval", "last_return": 10.0, "evaluations": 1, "param_version": 0},
-        )
+        write_atomic(status, _eval_status(10.0, 1, version=0))
         role._read_evals()
         best = Checkpoint(ctx.folder("checkpoints"), "policy", keep_history=0, keep_best=1)
         loaded = best.restore(0, "best")
@@ -211,10 +224,7 @@ def test_keep_best_keeps_the_weights_that_earned_the_score(local_run):
         for key, value in earned.items():
             np.testing.assert_array_equal(loaded.state[key].numpy(), value)
         # a worse score of the newer parameters does not replace it
-        write_atomic(
-            status,
-            {"role": "eval", "last_return": 5.0, "evaluations": 2, "param_version": 3},
-        )
+        write_atomic(status, _eval_status(5.0, 2, version=3))
         role._read_evals()
         assert [e.global_steps for e in best.__class__(best.folder, "policy").best()] == [0]
         assert json.loads(best.index_path.read_text())["checkpoints"][0]["score"] == 10.0

@@ -30,44 +30,68 @@ __all__ = ["CurveRecorder", "learning_health", "load_curve", "write_results"]
 
 
 class CurveRecorder:
-    """Appends (env steps, wall time, eval return) whenever a new evaluation finished."""
+    """Appends one point per evaluation, each where its snapshot was taken.
+
+    Evaluators list their latest evaluations in their progress files (`recent_evaluations`,
+    runtime/eval.py): an evaluator that played a backlog of snapshots finishes several between two
+    reads, and each is a point of its own, with the env steps of its parameters and the run's
+    time when its snapshot was taken (not when it was played).
+    """
 
     def __init__(self, path: Path) -> None:
         self.path = path
         self.points = load_curve(path)
         # a resumed run continues the curve: the evaluations already on it are not added again
-        self.last_eval_count = self.points[-1].get("evaluations", -1) if self.points else -1
+        self.seen: dict[str, int] = {}
+        for point in self.points:
+            name, number = point.get("process"), point.get("evaluation")
+            if isinstance(name, str) and isinstance(number, int):
+                self.seen[name] = max(self.seen.get(name, -1), number)
 
-    def record(self, progress: Progress, elapsed: float) -> None:
-        """Add a point when an evaluation finished since the last call."""
-        if progress.eval_return is None or progress.eval_count == self.last_eval_count:
-            return
-        returns, versions, steps = [], [], []
-        for data in progress.processes.values():
+    def record(self, progress: Progress, elapsed: float, now: float | None = None) -> None:
+        """Add a point for each evaluation finished since the last call.
+
+        elapsed: the run's seconds at `now` (wall clock); a point's `wall_time` is its
+        snapshot's, so a snapshot played late still sits where it was taken."""
+        now = time.time() if now is None else now
+        new = []
+        for name, data in sorted(progress.processes.items()):
             if data.get("role") != "eval":
                 continue
-            episodes = data.get("last_returns")
-            if isinstance(episodes, list):
-                returns += [float(r) for r in episodes if isinstance(r, (int, float))]
-            if isinstance(data.get("param_version"), int):
-                versions.append(data["param_version"])
-            if isinstance(data.get("param_env_steps"), int) and data["param_env_steps"] >= 0:
-                steps.append(data["param_env_steps"])
-        point = {
-            # the steps the evaluated parameters were published at (as TensorBoard shows them)
-            "env_steps": min(steps) if steps else progress.env_steps,
-            "wall_time": round(elapsed, 3),
-            "eval_return": progress.eval_return,
-            "eval_std": shared.std(returns),
-            "episodes": len(returns),
-            "param_version": min(versions) if versions else None,
-            "learner_iteration": progress.learner_iteration,
-            "evaluations": progress.eval_count,
-            "time": time.time(),
-        }
-        shared.append_point(self.path, point)  # first: a full disk raises, the next call retries
-        self.points.append(point)
-        self.last_eval_count = progress.eval_count
+            for rec in data.get("recent_evaluations") or []:
+                number = rec.get("evaluation") if isinstance(rec, dict) else None
+                if not isinstance(number, int) or number <= self.seen.get(name, -1):
+                    continue
+                if not isinstance(rec.get("return"), (int, float)):
+                    continue
+                new.append((_number(rec.get("taken_at"), now), name, rec))
+        for taken_at, name, rec in sorted(new, key=lambda n: (n[0], n[1])):
+            steps = rec.get("param_env_steps")
+            point = {
+                # the steps the evaluated parameters were published at (as TensorBoard shows them)
+                "env_steps": steps if isinstance(steps, int) and steps >= 0 else progress.env_steps,
+                "wall_time": round(max(0.0, elapsed - (now - taken_at)), 3),
+                "eval_return": float(rec["return"]),
+                "eval_std": _number(rec.get("std"), 0.0),
+                "episodes": int(_number(rec.get("episodes"), 0)),
+                "param_version": rec.get("param_version"),
+                "learner_iteration": progress.learner_iteration,
+                "process": name,
+                "evaluation": rec["evaluation"],
+                "evaluations": progress.eval_count,
+                "time": taken_at,
+            }
+            shared.append_point(
+                self.path, point
+            )  # first: a full disk raises, the next call retries
+            self.points.append(point)
+            self.seen[name] = rec["evaluation"]
+
+
+def _number(value: Any, default: float) -> float:
+    return (
+        float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else default
+    )
 
 
 def write_results(

@@ -348,9 +348,14 @@ class Supervisor:
             if _running(child):
                 _signal_group(child.popen.pid, signal.SIGUSR1)  # type: ignore[union-attr]
         for child in evals:
-            try:
-                child.popen.wait(timeout=max(0.1, deadline - time.monotonic()))  # type: ignore[union-attr]
-            except subprocess.TimeoutExpired:
+            # an evaluator plays the snapshots still waiting first (runtime.eval): each is a
+            # point, recorded as it comes
+            while _running(child) and time.monotonic() < deadline:
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    child.popen.wait(timeout=min(1.0, max(0.1, deadline - time.monotonic())))  # type: ignore[union-attr]
+                self.progress = read_progress(self.folder.status)
+                self.record_curve()
+            if _running(child):
                 log.warning(
                     "%s: no final evaluation after %.0f s", child.process.name, FINAL_EVAL_TIMEOUT
                 )
