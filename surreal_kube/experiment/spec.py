@@ -101,7 +101,12 @@ class AgentsSpec(SpecModel):
         "null: one per pod on Kubernetes, and locally as many as keep the agent processes "
         "within the machine's CPU cores",
     )
-    envs_per_agent: int = Field(1, ge=1, description="environments each agent steps in lockstep")
+    envs_per_agent: int | None = Field(
+        None,
+        ge=1,
+        description="environments each agent steps in lockstep (one forward pass for all); "
+        "null: the algorithm's default (ppo 4, ddpg 1)",
+    )
     fetch_mode: Literal["episode", "step"] = Field(
         "step", description="fetch parameters once per episode, or every fetchInterval steps"
     )
@@ -386,6 +391,12 @@ class ExperimentSpec(SpecModel):
                 "or resources.learner.gpu=0"
             )
         return self
+
+    def envs_per_agent(self) -> int:
+        """Environments each agent steps: `agents.envsPerAgent`, else the algorithm's default."""
+        from surreal_kube.experiment.algorithms import envs_per_agent
+
+        return envs_per_agent(self.algorithm, self.agents.envs_per_agent)
 
     def rate_limit(self) -> RateLimit:
         """The ratio each replay shard holds: the spec's `replay.samplesPerInsert` and

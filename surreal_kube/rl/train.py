@@ -122,9 +122,9 @@ def train(
     seed = spec.session.seed
     learner: Learner = make_learner(spec, obs_space, action_space, device)
     replay = make_replay(spec)
-    n_envs = spec.agents.count * spec.agents.envs_per_agent
+    per_agent = spec.envs_per_agent()
+    n_envs = spec.agents.count * per_agent
     envs = [make_env(spec.env) for _ in range(n_envs)]
-    per_agent = spec.agents.envs_per_agent
     seeds = [env_slot_seeds(spec, i // per_agent, i % per_agent) for i in range(n_envs)]
     actors = [
         make_actor(spec, i // per_agent, "train", obs_space, action_space, seed=seeds[i][1])

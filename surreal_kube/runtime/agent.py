@@ -80,7 +80,7 @@ class AgentsRole(RoleBase):
         seeds = [
             (aid, env_slot_seeds(spec, aid, k, restarts))
             for aid in self.agent_ids
-            for k in range(spec.agents.envs_per_agent)
+            for k in range(spec.envs_per_agent())
         ]
         self.actors = make_actor_group(
             spec, [(aid, actor_seed) for aid, (_, actor_seed) in seeds], obs_space, action_space
