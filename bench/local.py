@@ -168,12 +168,9 @@ def local_experiment(warmup_timeout: float, window: float, total: float | None) 
             out["rate"] = (last[0] - s0) / max(1e-6, last[1] - t0)
             summary = json.loads((folder / "results/summary.json").read_text())
             out["summary"] = summary
-            curve = folder / "results/curve.jsonl"
-            out["curve"] = (
-                [json.loads(line) for line in curve.read_text().splitlines()]
-                if curve.exists()
-                else []
-            )
+            from surreal_kube.session.results import load_curve
+
+            out["curve"] = load_curve(folder / "results/curve.jsonl")  # in the run's time order
     finally:
         subprocess.run(
             [*SK, "delete", "bench-local", "--root", str(root), "--keep-files"],
