@@ -215,8 +215,9 @@ DEFAULT_ENVS_PER_AGENT = {"ppo": 4, "ddpg": 1}
 """Environments an agent steps in lockstep when the spec leaves `agents.envsPerAgent` unset.
 
 PPO: one forward pass, one filter update and one sampling for four environments instead of four
-of each: PPO Ant-v5 on 2 cores stepped at 0.64 of the raw two-process limit against 0.57-0.59
-with one (`bench/local.py`, same run), and on-policy learning wants many environments anyway.
+of each: the main job (PPO Ant-v5, 2 cores) stepped at 0.64 of the raw two-process limit with 4,
+0.59-0.60 with 2 and 0.56-0.59 with 1 (40 s windows, same runs; `bench/local.py` then measured
+0.63 over a whole run), and on-policy learning wants many environments anyway.
 DDPG: one, as the protocol's figures were measured (its agents wait for the learner's rate
 limiter, not for the CPU)."""
 

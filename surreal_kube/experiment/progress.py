@@ -35,6 +35,11 @@ ENV_STEPS_PER_S = "env_steps_per_s"
 ITERATIONS_PER_S = "iterations_per_s"
 LAST_RETURN = "last_return"
 """Mean return of the newest evaluation."""
+RECENT_EVALUATIONS = "recent_evaluations"
+"""An evaluator's latest evaluations, oldest first (runtime/eval.py), each numbered
+(`evaluation`, counted over the evaluator's restarts) with its `return`, `std`, `episodes`,
+`param_version`, `param_env_steps` and `taken_at`: an evaluator that plays a backlog of
+snapshots finishes several between two reads of its progress file."""
 UPDATED_AT = "updated_at"
 REASON = "reason"
 """Why the record is in its state, one line (set when the run finished: which budget)."""
@@ -81,6 +86,20 @@ class Record:
     def to_json(self) -> str:
         """Compact, sorted JSON (the ConfigMap value)."""
         return json.dumps(asdict(self), sort_keys=True, separators=(",", ":"))
+
+
+def new_evaluations(data: Mapping[str, Any], after: int) -> list[dict[str, Any]]:
+    """The evaluations an evaluator's progress file lists that are numbered above `after`, in
+    its order, with `evaluation` an int and `return` a float; an entry without a number or a
+    finite return is skipped: what the reader cannot place on a curve is not a point."""
+    out = []
+    for rec in data.get(RECENT_EVALUATIONS) or []:
+        if not isinstance(rec, dict):
+            continue
+        number, score = _int(rec.get("evaluation")), _float(rec.get("return"))
+        if number is not None and number > after and score is not None:
+            out.append({**rec, "evaluation": number, "return": score})
+    return out
 
 
 def _int(value: Any) -> int | None:

@@ -164,13 +164,15 @@ class Backlog:
     def idle(self) -> bool:
         """Nothing waiting and nothing being played."""
         with self._cond:
-            return not self._items and not self._busy
+            return self._idle()
+
+    def _idle(self) -> bool:
+        return not self._items and not self._busy
 
     def wait_idle(self, timeout: float) -> bool:
         """Wait until `idle`, at most `timeout` s; returns `idle`."""
         with self._cond:
-            self._cond.wait_for(lambda: not self._items and not self._busy, timeout)
-            return not self._items and not self._busy
+            return self._cond.wait_for(self._idle, timeout)
 
 
 def yield_cpu() -> bool:
@@ -389,10 +391,10 @@ class EvalRole(RoleBase):
                 if self.contention is not None and not (live or final):
                     started = time.monotonic()
                     busy = self.contention.busy(self.stop.wait)
+                    self._ticks += 1  # waiting for the CPUs is alive, not stuck
                     if busy:
                         self.deferred_seconds += time.monotonic() - started
                         continue
-                    live = False  # the CPUs are free: play in order
                 snap = self.backlog.take(timeout=0.1, newest=live and not final)
                 if snap is None:
                     continue
@@ -408,28 +410,27 @@ class EvalRole(RoleBase):
     def _play(self, snap: Snapshot) -> None:
         """Evaluate one snapshot, then report it and write it into the progress file."""
         started = time.thread_time()
-        result = self.evaluate(snap)
-        if result is None:
+        rec = self.evaluate(snap)
+        if rec is None:
             return
         cost = time.thread_time() - started
         self.backlog.set_cost(cost)
-        std = float(np.std(self.last_returns))
         log.info(
             "%s %d: return %.2f ± %.2f over %d episode(s) (parameters of iteration %d, "
             "%d env steps; %d snapshot(s) waiting)",
             "final evaluation" if snap.final else "evaluation",
             self.evaluations,
-            result,
-            std,
-            len(self.last_returns),
+            rec["return"],
+            rec["std"],
+            rec["episodes"],
             snap.info.iteration,
             snap.info.env_steps,
             len(self.backlog),
         )
         self.report(
             {
-                "charts/eval_return": result,
-                "charts/eval_return_std": std,
+                "charts/eval_return": rec["return"],
+                "charts/eval_return_std": rec["std"],
                 "eval/param_version": snap.info.iteration,
             },
             max(snap.info.env_steps, 0),
@@ -439,8 +440,9 @@ class EvalRole(RoleBase):
             self._update_progress()
             self.progress.write()
 
-    def evaluate(self, snap: Snapshot) -> float | None:
-        """Play `evals.episodes` episodes with the snapshot's parameters; their mean return.
+    def evaluate(self, snap: Snapshot) -> dict[str, Any] | None:
+        """Play `evals.episodes` episodes with the snapshot's parameters; the evaluation's
+        record (its mean return and standard deviation, as `recent_evaluations` lists it).
 
         None if a stop interrupted it, or if the actor refused the parameters: a set whose hash
         matches but whose names or shapes are not the model's (a peer that joined the parameter
@@ -463,25 +465,23 @@ class EvalRole(RoleBase):
             if ret is None:
                 return None
             returns.append(ret)
-        mean = float(np.mean(returns))
         with self._lock:
             self.evaluations += 1
             self.last_returns = returns
             self.evaluated = (snap.info.iteration, snap.info.env_steps)
-            self.last_return = mean
-            self.recent.append(
-                {
-                    "evaluation": self.progress.base["evaluations"] + self.evaluations,
-                    "return": mean,
-                    "std": float(np.std(returns)),
-                    "episodes": len(returns),
-                    "param_version": snap.info.iteration,
-                    "param_env_steps": snap.info.env_steps,
-                    "taken_at": snap.taken_at,
-                    "final": snap.final,
-                }
-            )
-        return mean
+            self.last_return = float(np.mean(returns))
+            rec = {
+                "evaluation": self.progress.base["evaluations"] + self.evaluations,
+                "return": self.last_return,
+                "std": float(np.std(returns)),
+                "episodes": len(returns),
+                "param_version": snap.info.iteration,
+                "param_env_steps": snap.info.env_steps,
+                "taken_at": snap.taken_at,
+                "final": snap.final,
+            }
+            self.recent.append(rec)
+        return rec
 
     def episode(self, seed: int, video: str | None = None) -> float | None:
         """Play one episode; its return, or None if a stop interrupted it."""

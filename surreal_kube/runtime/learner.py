@@ -39,6 +39,7 @@ import numpy as np
 
 from surreal_kube.comm.parameters import ParameterPublisher
 from surreal_kube.comm.sampling import Prefetcher
+from surreal_kube.experiment.progress import new_evaluations
 from surreal_kube.runtime.base import RoleBase
 from surreal_kube.runtime.context import RoleContext
 from surreal_kube.runtime.layout import LayoutError, batch_bytes, item_layout
@@ -408,19 +409,10 @@ class LearnerRole(RoleBase):
             value = data.get("last_return")
             if isinstance(value, (int, float)):
                 returns.append(float(value))
-            for rec in data.get("recent_evaluations") or []:
-                if not isinstance(rec, dict):
-                    continue
-                number, version, score = (
-                    rec.get("evaluation"),
-                    rec.get("param_version"),
-                    rec.get("return"),
-                )
-                if not isinstance(number, int) or number <= self.eval_seen.get(path.stem, -1):
-                    continue
-                self.eval_seen[path.stem] = number
-                if isinstance(version, int) and isinstance(score, (int, float)):
-                    self._keep_if_best(version, float(score))
+            for rec in new_evaluations(data, self.eval_seen.get(path.stem, -1)):
+                self.eval_seen[path.stem] = rec["evaluation"]
+                if isinstance(rec.get("param_version"), int):
+                    self._keep_if_best(rec["param_version"], rec["return"])
         return sum(returns) / len(returns) if returns else self.eval_return
 
     def _keep_if_best(self, version: int, score: float) -> None:

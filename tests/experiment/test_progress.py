@@ -45,3 +45,21 @@ def test_the_runtime_progress_file_speaks_the_same_keys(tmp_path: Path) -> None:
     assert progress.from_mapping(learner.data).iteration == 42
     assert progress.from_mapping(learner.data).state == "running"
     assert progress.from_mapping(evals.data).last_return == 12.5
+
+
+def test_new_evaluations_are_those_numbered_above_the_last_one_read() -> None:
+    recs = [
+        {"evaluation": 1, "return": 1.0},
+        {"evaluation": 2, "return": 2},
+        "not an evaluation",
+        {"evaluation": 3, "return": float("nan")},  # no point to place
+        {"evaluation": True, "return": 4.0},
+        {"return": 5.0},
+        {"evaluation": 6.0, "return": 6.0, "param_version": 9},
+    ]
+    data = {"recent_evaluations": recs}
+    assert progress.new_evaluations(data, 1) == [
+        {"evaluation": 2, "return": 2.0},
+        {"evaluation": 6, "return": 6.0, "param_version": 9},
+    ]
+    assert progress.new_evaluations(data, 6) == [] and progress.new_evaluations({}, -1) == []

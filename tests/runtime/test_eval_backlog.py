@@ -18,7 +18,14 @@ import pytest
 from surreal_kube.comm.parameters import ParameterInfo, ParameterPublisher
 from surreal_kube.runtime import eval as evaluator
 from surreal_kube.runtime.context import RoleContext
-from surreal_kube.runtime.eval import KEEP_NEWEST, Backlog, CpuContention, Snapshot, yield_cpu
+from surreal_kube.runtime.eval import (
+    KEEP_NEWEST,
+    Backlog,
+    CpuContention,
+    EvalRole,
+    Snapshot,
+    yield_cpu,
+)
 
 
 def _snap(version: int, *, final: bool = False) -> Snapshot:
@@ -66,26 +73,32 @@ def test_the_bound_is_what_the_thread_can_play_before_the_final_wait_ends() -> N
     assert backlog.bound == evaluator.MAX_BOUND
 
 
-@pytest.mark.slow
-def test_snapshots_taken_while_the_evaluator_plays_are_each_played_later(local_run) -> None:
-    """The evaluation thread is held inside its first evaluation while the learner publishes
-    four versions: each is snapshotted on time, played after, in order, stamped with its own
-    version and env steps; the final request plays what waits and then the newest."""
+def _evaluator(
+    local_run, *, episodes: int, interval: float
+) -> tuple[ParameterPublisher, EvalRole, dict[str, np.ndarray]]:
+    """A CartPole evaluator in this process, the real parameter server (proxy and shard
+    processes) it fetches from, the learner's publisher, and a model's parameters to publish."""
     from surreal_kube.envs import env_spaces
     from surreal_kube.rl.factory import make_learner
-    from surreal_kube.runtime.eval import EvalRole
 
-    run = local_run(
-        {"env": {"id": "gym:CartPole-v1"}, "evals": {"episodes": 2, "intervalSeconds": 0.3}}
-    )
+    evals = {"episodes": episodes, "intervalSeconds": interval}
+    run = local_run({"env": {"id": "gym:CartPole-v1"}, "evals": evals})
     for name in ("ps", "ps-shard-0"):
         run.start(name)
     run.wait_log("ps-shard-0", "parameter", timeout=120)
     learner_ctx = RoleContext.from_env(run.env("learner"), role="learner")
     publisher = ParameterPublisher(learner_ctx.bind("parameter-publish"))
     role = EvalRole(RoleContext.from_env(run.env("evals-0"), role="eval"))
-    params = make_learner(learner_ctx.spec, *env_spaces(learner_ctx.spec.env), device="cpu")
-    params = params.parameters()
+    learner = make_learner(learner_ctx.spec, *env_spaces(learner_ctx.spec.env), device="cpu")
+    return publisher, role, learner.parameters()
+
+
+@pytest.mark.slow
+def test_snapshots_taken_while_the_evaluator_plays_are_each_played_later(local_run) -> None:
+    """The evaluation thread is held inside its first evaluation while the learner publishes
+    four versions: each is snapshotted on time, played after, in order, stamped with its own
+    version and env steps; the final request plays what waits and then the newest."""
+    publisher, role, params = _evaluator(local_run, episodes=2, interval=0.3)
     release, policies = threading.Event(), []
     load = role.actor.load_parameters
 
@@ -161,23 +174,9 @@ class _Taken:
 def test_while_the_cpus_are_taken_only_the_newest_is_played_now_and_then(local_run, monkeypatch):
     """A local evaluator waits while other tasks wait for a CPU, plays the newest snapshot every
     LIVE_SECONDS, and plays everything waiting, in order, for the final evaluation."""
-    from surreal_kube.envs import env_spaces
-    from surreal_kube.rl.factory import make_learner
-    from surreal_kube.runtime.eval import EvalRole
-
     monkeypatch.setattr(evaluator, "LIVE_SECONDS", 1.5)
-    run = local_run(
-        {"env": {"id": "gym:CartPole-v1"}, "evals": {"episodes": 1, "intervalSeconds": 0.2}}
-    )
-    for name in ("ps", "ps-shard-0"):
-        run.start(name)
-    run.wait_log("ps-shard-0", "parameter", timeout=120)
-    learner_ctx = RoleContext.from_env(run.env("learner"), role="learner")
-    publisher = ParameterPublisher(learner_ctx.bind("parameter-publish"))
-    role = EvalRole(RoleContext.from_env(run.env("evals-0"), role="eval"))
+    publisher, role, params = _evaluator(local_run, episodes=1, interval=0.2)
     role.contention = _Taken()  # type: ignore[assignment]
-    params = make_learner(learner_ctx.spec, *env_spaces(learner_ctx.spec.env), device="cpu")
-    params = params.parameters()
     thread = threading.Thread(target=role.run)
     try:
         thread.start()

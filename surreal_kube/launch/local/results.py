@@ -22,6 +22,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from surreal_kube.experiment.progress import new_evaluations
 from surreal_kube.launch.local.progress import Progress
 from surreal_kube.session import results as shared
 from surreal_kube.session.results import load_curve
@@ -40,10 +41,9 @@ class CurveRecorder:
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        self.points = load_curve(path)
         # a resumed run continues the curve: the evaluations already on it are not added again
         self.seen: dict[str, int] = {}
-        for point in self.points:
+        for point in load_curve(path):
             name, number = point.get("process"), point.get("evaluation")
             if isinstance(name, str) and isinstance(number, int):
                 self.seen[name] = max(self.seen.get(name, -1), number)
@@ -54,24 +54,19 @@ class CurveRecorder:
         elapsed: the run's seconds at `now` (wall clock); a point's `wall_time` is its
         snapshot's, so a snapshot played late still sits where it was taken."""
         now = time.time() if now is None else now
-        new = []
-        for name, data in sorted(progress.processes.items()):
-            if data.get("role") != "eval":
-                continue
-            for rec in data.get("recent_evaluations") or []:
-                number = rec.get("evaluation") if isinstance(rec, dict) else None
-                if not isinstance(number, int) or number <= self.seen.get(name, -1):
-                    continue
-                if not isinstance(rec.get("return"), (int, float)):
-                    continue
-                new.append((_number(rec.get("taken_at"), now), name, rec))
+        new = [
+            (_number(rec.get("taken_at"), now), name, rec)
+            for name, data in sorted(progress.processes.items())
+            if data.get("role") == "eval"
+            for rec in new_evaluations(data, self.seen.get(name, -1))
+        ]
         for taken_at, name, rec in sorted(new, key=lambda n: (n[0], n[1])):
             steps = rec.get("param_env_steps")
             point = {
                 # the steps the evaluated parameters were published at (as TensorBoard shows them)
                 "env_steps": steps if isinstance(steps, int) and steps >= 0 else progress.env_steps,
                 "wall_time": round(max(0.0, elapsed - (now - taken_at)), 3),
-                "eval_return": float(rec["return"]),
+                "eval_return": rec["return"],
                 "eval_std": _number(rec.get("std"), 0.0),
                 "episodes": int(_number(rec.get("episodes"), 0)),
                 "param_version": rec.get("param_version"),
@@ -81,17 +76,15 @@ class CurveRecorder:
                 "evaluations": progress.eval_count,
                 "time": taken_at,
             }
-            shared.append_point(
-                self.path, point
-            )  # first: a full disk raises, the next call retries
-            self.points.append(point)
+            # first: a full disk raises, and the next call retries from this evaluation on
+            shared.append_point(self.path, point)
             self.seen[name] = rec["evaluation"]
 
 
 def _number(value: Any, default: float) -> float:
-    return (
-        float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else default
-    )
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return default
+    return float(value)
 
 
 def write_results(
