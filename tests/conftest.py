@@ -8,7 +8,15 @@ point it at their own.
 
 import importlib.util
 import os
+import signal
 import tempfile
+
+# `make test` runs the first tier in the background, where a non-interactive shell starts it
+# with SIGINT ignored (and Python keeps it so): Ctrl-C then stopped the foreground tier and left
+# this one running, its experiments and clusters with it. Restored, Ctrl-C interrupts it as it
+# does a foreground run, fixtures tearing down what they started.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 pytest_plugins = (
     ["tests.cluster.fixtures"] if importlib.util.find_spec("tests.cluster.fixtures") else []

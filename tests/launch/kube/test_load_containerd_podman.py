@@ -2,7 +2,7 @@
 pinned containerd v2 and ctr the real node is built with (tests/cluster/build-node.sh), started
 here on a private socket and root, and a small image built through podman's Docker API.
 
-The real runtime image on the real node is tests/node/test_runtime_image.py.
+The real runtime image on the real node is tests/e2e/test_runtime_image.py.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The wheelhouse, the transport build arguments, the release tag and `--load`'s input checks.
 
 No engine here: the real builds are in test_runtime_image_podman.py, the real load in
-tests/node/test_runtime_image.py.
+tests/e2e/conftest.py (the e2e cluster's image, which tests/e2e/test_runtime_image.py runs).
 """
 
 from __future__ import annotations

@@ -1,10 +1,9 @@
-"""The real CPU runtime image on the real node: `surreal-kube build --load` puts it into the node's
-containerd, and pods of it run there, found by `surreal-kube logs` and `exec`, and talking ZeroMQ to
-each other through a Service's DNS name.
+"""The real CPU runtime image on the real node: `surreal-kube build --load` put it into the node's
+containerd (the e2e cluster's fixture, tests/e2e/conftest.py), and pods of it run there, found by
+`surreal-kube logs` and `exec`, and talking ZeroMQ to each other through a Service's DNS name.
 
-The image is built (or found by its content-hash tag) through podman's Docker API as
-tests/launch/kube/test_runtime_image_podman.py does; the node is tests/cluster/node.py's
-(fixture `real_node`, interface in tests/cluster/README.md).
+These ran on the shared test cluster's node, which loaded the image a second time for them alone
+(about 2 minutes of every suite run); the e2e cluster already holds it.
 """
 
 from __future__ import annotations
@@ -19,73 +18,36 @@ from typing import Any
 import pytest
 
 from surreal_kube.launch.kube import naming
-from surreal_kube.launch.kube.images import load as image_load
 from tests.cluster.fixtures import KubeCluster
-from tests.launch.kube.engine import (
-    BASE_IMAGE,
-    Engine,
-    engine_or_skip,
-)
-from tests.launch.kube.test_images_podman import ROOT, project_copy, snapshot_sets
+from tests.e2e.support import MARKS, ROOT, E2ECluster
 
-pytestmark = [
-    pytest.mark.node,
-    pytest.mark.cluster,
-    pytest.mark.podman,
-    pytest.mark.slow,
-    pytest.mark.timeout(3600),
-]
+pytestmark = MARKS
 
 EXP = "exp-img"
 SK = [sys.executable, "-m", "surreal_kube.cli.main"]
 
 
-@pytest.fixture(scope="module")
-def engine() -> Iterator[Engine]:
-    yield from engine_or_skip()
+@pytest.fixture
+def kube_cluster(e2e: E2ECluster) -> KubeCluster:
+    """The e2e cluster as the cluster tests' helpers take it (its owner stops it)."""
+    return KubeCluster(e2e.cp, owned=False)
 
 
-@pytest.fixture(scope="module")
-def loaded_image(engine: Engine, real_node: Any, tmp_path_factory: pytest.TempPathFactory) -> str:
-    """`surreal-kube build --load` of this checkout's runtime-cpu image into the node (from a
-    snapshot of its files: the same tag, whatever is edited meanwhile)."""
-    project = project_copy(tmp_path_factory.mktemp("runtime-image") / "project")
-    done = subprocess.run(
-        [
-            *SK,
-            "build",
-            EXP,
-            "--engine",
-            engine.url,
-            "--build-arg",
-            f"PYTHON_IMAGE={BASE_IMAGE}",
-            "--context-dir",
-            str(project),
-            *(arg for s in snapshot_sets("cpu") for arg in ("--set", s)),
-            "--load",
-            "--containerd-address",
-            str(real_node.containerd_address),
-            "--ctr",
-            str(real_node.ctr),
-        ],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        timeout=3000,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    rows = [line.split("\t") for line in done.stdout.splitlines()]
-    by_key = {key: (ref, status) for key, ref, status in rows}
-    # the operator's version tag may name an earlier build of this engine ("kept": it never
-    # moves); either way the node holds it after --load
-    assert by_key["cpu"][1] == "loaded" and by_key["operator"][1] in ("loaded", "kept"), rows
-    names = real_node.image_names()
-    for ref, _ in by_key.values():
-        assert image_load.normalized(ref) in names
-    return by_key["cpu"][0]
+@pytest.fixture
+def kube_namespace(kube_cluster: KubeCluster) -> Iterator[str]:
+    """A fresh namespace, deleted afterwards: the other e2e tests never see these pods."""
+    name = kube_cluster.create_namespace("t-image")
+    yield name
+    kube_cluster.delete_namespace(name)
 
 
-def on_real_node(
+@pytest.fixture
+def loaded_image(e2e: E2ECluster) -> str:
+    assert e2e.image is not None
+    return e2e.image
+
+
+def on_the_node(
     name: str,
     image: str,
     command: list[str],
@@ -93,16 +55,12 @@ def on_real_node(
     container: str,
     restart: str = "Never",
 ) -> dict[str, Any]:
-    from tests.cluster.node import NODE_POOL, REAL_NODE_TOLERATION
-
     return {
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": {"name": name, "labels": labels},
         "spec": {
             "restartPolicy": restart,
-            "nodeSelector": {"cloud.google.com/gke-nodepool": NODE_POOL},
-            "tolerations": [REAL_NODE_TOLERATION],
             "enableServiceLinks": False,
             "containers": [
                 {
@@ -162,7 +120,7 @@ def test_a_pod_of_the_image_runs_the_role_entry_point_logs_and_exec(
     core = client.CoreV1Api(kube_cluster.api_client())
     experiment_record(connect(kube_cluster, kube_namespace), EXP)  # how the CLI finds EXP
     labels = naming.selector_labels(EXP, "learner")  # what `logs EXP learner` looks for
-    pod = on_real_node(
+    pod = on_the_node(
         f"{EXP}-learner-x",
         loaded_image,
         ["sh", "-c", "surreal-kube-role --help; exec sleep 3600"],
@@ -226,7 +184,7 @@ def test_zeromq_round_trip_between_two_pods_through_a_service_name(
     server_labels = {"app.kubernetes.io/name": "zmq-echo"}
     core.create_namespaced_pod(
         kube_namespace,
-        on_real_node(
+        on_the_node(
             "zmq-server", loaded_image, ["python", "-c", ZMQ_SERVER], server_labels, "server"
         ),
     )
@@ -246,7 +204,7 @@ def test_zeromq_round_trip_between_two_pods_through_a_service_name(
     host = f"zmq-echo.{kube_namespace}.svc.cluster.local"
     core.create_namespaced_pod(
         kube_namespace,
-        on_real_node("zmq-client", loaded_image, ["python", "-c", ZMQ_CLIENT, host], {}, "client"),
+        on_the_node("zmq-client", loaded_image, ["python", "-c", ZMQ_CLIENT, host], {}, "client"),
     )
     wait_phase(core, kube_namespace, "zmq-client", {"Succeeded"})
     log = core.read_namespaced_pod_log("zmq-client", kube_namespace)
