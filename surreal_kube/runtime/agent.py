@@ -268,10 +268,12 @@ class AgentsRole(RoleBase):
                 self.progress.write("done", "took its share of session.maxEnvSteps")
                 log.info("every agent took its share of the step budget; idle until stopped")
                 # keep saying so: on a cluster tensorplex ends the run from it (a restarted
-                # tensorplex too), runtime/conductor.py
+                # tensorplex too), runtime/conductor.py; locally the supervisor ends it from the
+                # progress file, whose write a full disk may have lost (it is made again)
                 while True:
                     self.heartbeat.beat()
                     self._report(0.0, 0.0, 0.0)
+                    self.progress.write()
                     if self.stop.wait(spec.session.metrics.agent_interval_seconds):
                         break
                 break

@@ -6,6 +6,7 @@ exact whatever the reporting period, and holds on Kubernetes where no local supe
 
 from __future__ import annotations
 
+import threading
 import time
 
 import pytest
@@ -94,3 +95,53 @@ def test_agents_stop_at_their_share_and_keep_it_across_restarts(local_run) -> No
     for name in list(run.procs):
         code, _ = run.terminate(name, timeout=60)
         assert code == 0, name
+
+
+@pytest.mark.slow
+def test_an_agent_done_on_a_full_disk_says_so_once_space_is_back(local_run, monkeypatch) -> None:
+    """Before: an agent wrote `done` (and its final step counts) into its progress file once;
+    a full disk lost that write, and the local supervisor, which ends the run from those files,
+    never saw the budget reached: the run idled until deleted, long after space was back."""
+    from surreal_kube.comm.parameters import ParameterPublisher
+    from surreal_kube.envs import env_spaces
+    from surreal_kube.rl.factory import make_learner
+    from surreal_kube.runtime import status
+    from surreal_kube.runtime.agent import AgentsRole
+    from surreal_kube.runtime.context import RoleContext
+
+    spec = {**SPEC, "agents": {**SPEC["agents"], "count": 1}, "session": {"maxEnvSteps": 40}}
+    spec["session"]["metrics"] = {"agentIntervalSeconds": 0.2}
+    run = local_run(spec)
+    for name in ("replay", "replay-shard-0", "ps", "ps-shard-0"):
+        run.start(name)
+    run.wait_log("ps-shard-0", "parameter", timeout=120)
+    learner_ctx = RoleContext.from_env(run.env("learner"), role="learner")
+    publisher = ParameterPublisher(learner_ctx.bind("parameter-publish"))
+    learner = make_learner(learner_ctx.spec, *env_spaces(learner_ctx.spec.env), device="cpu")
+    publisher.publish(learner.parameters(), 1)
+
+    full = threading.Event()
+    full.set()
+    real_write = status.write_atomic
+
+    def write_atomic(path, data) -> None:
+        if full.is_set():
+            raise OSError(28, "No space left on device")
+        real_write(path, data)
+
+    monkeypatch.setattr(status, "write_atomic", write_atomic)
+    role = AgentsRole(RoleContext.from_env(run.env("agents-0"), role="agents"))
+    thread = threading.Thread(target=role.run)
+    try:
+        thread.start()
+        _wait(role.budget_spent, 120, "the agent to take its share on the full disk")
+        time.sleep(0.5)  # a few idle rounds on the full disk
+        assert _status(run, "agents-0") == {}
+        full.clear()  # space is back
+        _wait(lambda: _status(run, "agents-0").get("state") == "done", 30, "`done` on disk")
+        assert _status(run, "agents-0")["env_steps_per_agent"] == {"0": 40}
+    finally:
+        role.stop.set("test over")
+        thread.join(timeout=10)
+        role.close()
+        publisher.close()

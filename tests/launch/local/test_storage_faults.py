@@ -19,6 +19,7 @@ import pytest
 from surreal_kube.comm import curve
 from surreal_kube.comm.parameters import ParameterClient
 from surreal_kube.launch.local.backend import pid_alive
+from surreal_kube.launch.local.progress import read_progress
 from tests.launch.local.test_local_experiment import SMALL, sk, state_of, status_of, wait_for
 from tests.launch.local.test_permissions import open_to_others
 from tests.session.tmpfs import fill, free, small_tmpfs
@@ -57,7 +58,10 @@ def test_a_run_survives_a_corrupt_checkpoint_and_a_full_disk(tmp_path: Path) -> 
             newest = folder / "checkpoints" / f"learner.{kept[-1]}.ckpt"
             newest.write_bytes(newest.read_bytes()[:300])  # torn, as a dying disk leaves it
 
-            taken = state_of(folder)["env_steps"]
+            # what the agents recorded, which the resumed ones take as theirs: the state file's
+            # count was read before their last progress write and could be behind by more than
+            # the new allowance (the resumed agents were then done at once, the learner starved)
+            taken = read_progress(folder / "status").env_steps
             first_supervisor = state_of(folder).get("supervisor_pid")
             budget = taken + 30_000
             res = sk("create", "exp-disk", "--local", "--detach", "--resume",
