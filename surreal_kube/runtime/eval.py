@@ -18,11 +18,12 @@ kernel's pressure figures): SCHED_IDLE alone still took 0.12-0.14 of a core from
 always runnable (measured: their run-queue wait rose from 0.22 to 0.27). On a machine with cores
 to spare, and in a pod (a CPU share of its own, no gate), each snapshot is played at once; on a
 machine the agents fill, the snapshots wait, as a peer's saved snapshots are evaluated after its
-run (bench/learning.py), except one played every LIVE_SECONDS (the newest: the live curve and
-`status` keep moving). Every point stands for the parameters of its own time. The snapshots
-waiting are bounded (`Backlog`): at most what the thread can play in DRAIN_SECONDS, thinned in
-the older part (the newest ones, the window of the summary's recent mean, always kept), so the
-wait for the final evaluation stays bounded.
+run (bench/learning.py), except the first, played at once (a user sees a return within one
+interval of the first parameters, and its cost bounds the backlog), and then one every
+LIVE_SECONDS (the newest: the live curve and `status` keep moving). Every point stands for the
+parameters of its own time. The snapshots waiting are bounded (`Backlog`): at most what the
+thread can play in DRAIN_SECONDS, thinned in the older part (the newest ones, the window of the
+summary's recent mean, always kept), so the wait for the final evaluation stays bounded.
 
 SIGUSR1 asks for a final evaluation: the evaluator takes a snapshot of the newest parameters,
 plays every snapshot still waiting and that one, and exits. The local backend sends it when an
@@ -35,6 +36,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import math
 import os
 import signal
 import threading
@@ -381,7 +383,7 @@ class EvalRole(RoleBase):
     def _evaluate_backlog(self) -> None:
         if not yield_cpu():
             log.info("SCHED_IDLE refused: evaluations run at the role's own priority")
-        last = time.monotonic()
+        last = -math.inf  # the first snapshot is played at once (the module docstring)
         try:
             while not self.stop.is_set():
                 if not self.backlog.wait_item(0.1):

@@ -30,7 +30,8 @@ def test_parameters_of_another_model_are_dropped_and_counted(local_run, process:
     """Before: `load_parameters` raised (ValueError, or torch's size mismatch) and the role
     exited 1, again at each restart while the peer stayed; and the client already held the
     forged iteration as its version."""
-    run = local_run({"evals": {"count": 1}})
+    # an evaluator fetches once per snapshot: one a second, not one every default 10 s
+    run = local_run({"evals": {"count": 1, "intervalSeconds": 1}})
     server = make_socket(zmq.REP, bind=run.addresses["ps-serve"].bind)
     try:
         role = run.start(process)

@@ -199,3 +199,31 @@ def test_while_the_cpus_are_taken_only_the_newest_is_played_now_and_then(local_r
     drained = [r["param_version"] for r in played[len(live) : -1]]
     assert drained == sorted(drained) and len(drained) >= 10
     assert role.deferred_seconds > 0
+
+
+@pytest.mark.slow
+def test_the_first_snapshot_is_played_at_once_while_the_cpus_are_taken(local_run, monkeypatch):
+    """Before: a contended evaluator's first return came LIVE_SECONDS after it started (a
+    minute of `eval return -` in the live view and `status`, and no measured cost to bound the
+    backlog by); after it, the contended evaluator waits as before."""
+    monkeypatch.setattr(evaluator, "LIVE_SECONDS", 10**6)  # before the fix: never played
+    publisher, role, params = _evaluator(local_run, episodes=1, interval=0.2)
+    role.contention = _Taken()  # type: ignore[assignment]
+    thread = threading.Thread(target=role.run)
+    try:
+        thread.start()
+        publisher.publish(params, 1)
+        deadline = time.monotonic() + 120
+        while not role.recent:
+            assert time.monotonic() < deadline, "no evaluation while the CPUs were taken"
+            time.sleep(0.1)
+        for version in range(2, 6):
+            publisher.publish({k: v + version / 100 for k, v in params.items()}, version)
+            time.sleep(0.3)
+        assert [r["param_version"] for r in role.recent] == [1]
+        assert len(role.backlog) >= 1 and role.deferred_seconds > 0
+    finally:
+        role.stop.set("test over")
+        thread.join(timeout=10)
+        role.close()
+        publisher.close()
