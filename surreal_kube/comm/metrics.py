@@ -23,6 +23,11 @@ import zmq
 from surreal_kube.comm import wire
 from surreal_kube.comm.sockets import make_socket
 
+CLOSE_LINGER_MS = 1000
+"""How long the points and lines sent just before `close` may still take to leave: closed at
+once, the last ones queued behind a busy I/O thread were dropped (a learner's final figures, its
+last log line); bounded, so a sink that is down delays a role's exit by a second at most."""
+
 
 class MetricsClient:
     """Sends scalars of one process to tensorplex.
@@ -71,8 +76,8 @@ class MetricsClient:
         return True
 
     def close(self) -> None:
-        """Close the socket."""
-        self._sock.close(0)
+        """Close the socket; what was sent still leaves within CLOSE_LINGER_MS."""
+        self._sock.close(CLOSE_LINGER_MS)
 
 
 class LogForwarder(logging.Handler):
@@ -105,6 +110,6 @@ class LogForwarder(logging.Handler):
     def close(self) -> None:
         """Close the socket (called by logging.shutdown)."""
         try:
-            self._sock.close(0)
+            self._sock.close(CLOSE_LINGER_MS)
         finally:
             super().close()
