@@ -6,7 +6,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.e2e.support import E2ECluster, build_and_load, e2e_cluster
+from tests.e2e.support import E2ECluster, build_and_load, cluster_snapshot, e2e_cluster
 from tests.launch.kube.engine import BASE_IMAGE, Engine, missing_tools, podman_engine
 
 
@@ -27,3 +27,14 @@ def e2e(e2e_engine: Engine, tmp_path_factory: pytest.TempPathFactory) -> Iterato
             cluster, e2e_engine.url, BASE_IMAGE, tmp_path_factory.mktemp("e2e-image")
         )
         yield cluster
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+    """A failed e2e test's report carries what the cluster looked like then (its pods, the
+    node's conditions, the last warnings): CI gives no other view of a cluster that is gone."""
+    report = yield
+    cluster = getattr(item, "funcargs", {}).get("e2e")
+    if report.when == "call" and report.failed and isinstance(cluster, E2ECluster):
+        report.sections.append(("cluster at the failure", cluster_snapshot(cluster)))
+    return report

@@ -158,10 +158,39 @@ def build_and_load(cluster: E2ECluster, engine_url: str, base_image: str, work: 
         str(cluster.node.ctr),
         timeout=3000,
     )
+    from surreal_kube.launch.kube.images import load as image_load
+
     rows = [line.split("\t") for line in done.stdout.splitlines() if line.count("\t") == 2]
     by_key = {key: (ref, state) for key, ref, state in rows}
     assert by_key.get("cpu", ("", ""))[1] == "loaded", done.stdout + done.stderr
+    # the operator's version tag may name an earlier build of this engine ("kept": it never
+    # moves); either way the node holds it after --load
+    assert by_key.get("operator", ("", ""))[1] in ("loaded", "kept"), rows
+    names = cluster.node.image_names()
+    for ref, _ in by_key.values():
+        assert image_load.normalized(ref) in names, (ref, names)
     return by_key["cpu"][0]
+
+
+def cluster_snapshot(cluster: E2ECluster) -> str:
+    """Every pod (phase, readiness, node), the node's conditions and the last 30 events that
+    are not Normal, as text; what cannot be read says why instead."""
+    views = (
+        ("pods", ["get", "pods", "-A", "-o", "wide"]),
+        ("nodes", ["get", "nodes", "-o", "custom-columns=NAME:.metadata.name,"
+                   "CONDITIONS:.status.conditions[*].type,STATUS:.status.conditions[*].status"]),
+        ("events", ["get", "events", "-A", "--field-selector", "type!=Normal",
+                    "--sort-by", ".lastTimestamp"]),
+    )  # fmt: skip
+    out = []
+    for title, args in views:
+        try:
+            text = cluster.kubectl(*args, timeout=30, check=False)
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            text = f"cannot read: {exc}\n"
+        lines = text.splitlines()
+        out.append(f"--- {title}\n" + "\n".join(lines[-30:] if title == "events" else lines))
+    return "\n".join(out)
 
 
 class RunFailedError(Exception):

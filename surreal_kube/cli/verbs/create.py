@@ -371,6 +371,12 @@ def run_kube(
             deleting.delete(kube, found, wait=True, timeout=60)
         raise LaunchError(f"{exc}; {name} was deleted again") from exc
     took = time.monotonic() - started
+    if status.phase == "Succeeded":  # a short run ended before its slowest pod was ready
+        info(f"{name} finished before every pod was ready ({took:.0f}s): {status.reason}")
+        info(f"  surreal-kube results {name} -n {plan.namespace}")
+        info(f"  surreal-kube delete {name} --wait -n {plan.namespace}")
+        result(name)
+        return
     info(f"{name} is running: {status.ready} pods, {status.agents} agents ({took:.0f}s)")
     _next_steps(name, plan.namespace)
     result(name)

@@ -60,5 +60,8 @@ def scale(
     if wait:
         found.exp = new
         st = waiting.wait_running(kube, found, timeout=seconds)
-        info(f"{name}: {st.agents} agents ready")
+        if st.phase == "Succeeded":
+            info(f"{name}: finished before the new agents were ready: {st.reason}")
+        else:
+            info(f"{name}: {st.agents} agents ready")
     result(name)

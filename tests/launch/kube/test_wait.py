@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from surreal_kube.errors import LaunchError
+from surreal_kube.experiment import progress
 from surreal_kube.experiment.resolve import resolve_experiment
 from surreal_kube.launch.kube.lifecycle import waiting
 from surreal_kube.launch.kube.status.summary import ExperimentStatus
@@ -76,6 +77,72 @@ def test_an_experiment_the_operator_failed_raises(found: Any) -> None:
         waiting.wait_running(kube, found, poll=0.01)  # type: ignore[arg-type]
 
 
+def test_through_the_operator_a_run_that_finished_before_it_was_running_is_the_answer(
+    found: Any,
+) -> None:
+    # CI: a 30,000-step run reached its budget and released its pods before the last of its 12
+    # pods was ready; `create` waited its whole --timeout 900 and said "not running"
+    ended = {"phase": "Succeeded", "observedGeneration": 1, "ready": "0/5", "reason": "finished"}
+    kube = StatusOnly(
+        [(1, {"phase": "Pending", "observedGeneration": 1, "ready": "4/5"}), (1, ended)]
+    )
+    status = waiting.wait_running(kube, found, timeout=5, poll=0.01)  # type: ignore[arg-type]
+    assert status.phase == "Succeeded" and kube.reads == 2
+
+
+class Records:
+    """A cluster whose only object is the experiment's progress ConfigMap, one record per read
+    (the last repeated); any other read fails the test."""
+
+    def __init__(self, records: list[progress.Record | None]) -> None:
+        self.records = records
+        self.reads = 0
+
+    def get_or_none(self, res: Any, name: str, namespace: str | None = None) -> Any:
+        assert res.kind == "ConfigMap" and name.endswith("-progress"), (res.kind, name)
+        record = self.records[min(self.reads, len(self.records) - 1)]
+        self.reads += 1
+        return None if record is None else {"data": {progress.DATA_KEY: record.to_json()}}
+
+
+class NeverReady:
+    """A pod watch of pods that never become ready (the slowest of them on a busy node)."""
+
+    def __init__(self, *_: Any) -> None:
+        import threading
+
+        self.changed = threading.Event()
+
+    def __enter__(self) -> NeverReady:
+        return self
+
+    def __exit__(self, *_: Any) -> None:
+        pass
+
+    def snapshot(self) -> list[dict[str, Any]]:
+        return []
+
+
+def test_applied_directly_a_run_that_finished_before_every_pod_was_ready_ends_the_wait(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(waiting, "PodWatch", NeverReady)
+    monkeypatch.setattr(waiting, "RECORD_SECONDS", 0.01)
+    done = progress.Record(
+        state=progress.STATE_FINISHED, env_steps=30_000, reason="reached 30000 env steps"
+    )
+    kube = Records([None, progress.Record(state=progress.STATE_RUNNING, env_steps=9_000), done])
+    exp = resolve_experiment("waiting", sets=["agents.count=2"])
+    direct = SimpleNamespace(exp=exp, namespace="ns", via_operator=False)
+    ticks: list[ExperimentStatus] = []
+    status = waiting.wait_running(kube, direct, timeout=10, poll=0.01, tick=ticks.append)  # type: ignore[arg-type]
+    assert status.phase == "Succeeded" and status.env_steps == 30_000
+    assert "reached 30000 env steps" in (status.reason or "")
+    # while it waited, the live view showed how far the run got
+    assert [t.phase for t in ticks][-1] == "Succeeded" and ticks[0].phase == "Pending"
+    assert any(t.env_steps == 9_000 for t in ticks)
+
+
 class ChangingPods:
     """A pod watch whose pods change all the time (a thousand pods starting)."""
 
@@ -120,7 +187,7 @@ def test_applied_directly_the_wait_takes_a_bounded_share_of_a_core(
     monkeypatch.setattr(waiting, "summarize", summarize)
     exp = resolve_experiment("waiting", sets=["agents.count=2"])
     direct = SimpleNamespace(exp=exp, namespace="ns", via_operator=False)
-    status = waiting.wait_running(object(), direct, poll=1.0)  # type: ignore[arg-type]
+    status = waiting.wait_running(Records([None]), direct, poll=1.0)  # type: ignore[arg-type]
     elapsed = time.monotonic() - start
     assert status.phase == "Running"
     assert sum(spent) <= waiting.WAIT_CPU_SHARE * elapsed + 2 * cost, (len(spent), elapsed)

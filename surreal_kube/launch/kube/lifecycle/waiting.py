@@ -21,6 +21,7 @@ from surreal_kube.launch.kube.lifecycle.observing import (
     requested_gpus,
 )
 from surreal_kube.launch.kube.plan import Plan
+from surreal_kube.launch.kube.status import progress as kube_progress
 from surreal_kube.launch.kube.status.summary import (
     ExperimentStatus,
     summarize,
@@ -39,6 +40,14 @@ five a second (one per burst of changes) took a large share of a create's CPU on
 scheduler and kubelets were waiting for it (`bench/scale.py`, create --direct)."""
 
 
+RECORD_SECONDS = 1.0
+"""How often a direct `create` reads the progress record while it waits for the pods."""
+
+WAIT_ENDS = ("Running", "Succeeded")
+"""The phases a wait for Running returns in: Succeeded is a run that ended before it was seen
+running (its pods released already), not one to wait for."""
+
+
 class RefusedError(LaunchError):
     """The operator refused an `Experiment` (or none picked it up): nothing of it runs."""
 
@@ -51,7 +60,13 @@ def wait_running(
     poll: float = 1.0,
     tick: Callable[[ExperimentStatus], None] | None = None,
 ) -> ExperimentStatus:
-    """Wait until every pod is Running (returns the status) or the experiment Failed (raises).
+    """Wait until every pod is Running or the run already finished (returns the status, its
+    phase Running or Succeeded), or the experiment Failed (raises).
+
+    A short run on a busy node can reach its budget, and release its pods, before its slowest
+    pod (a tensorboard with a twentieth of a core) was ever ready: waiting for every pod then
+    waited out the timeout and called a finished run "not running". So the progress record
+    (tensorplex's, the one `status` reads) is read once a second beside the pods.
 
     Applied directly, the pods are listed once and then watched (`PodWatch`), so waiting for
     10,000 pods costs one list and a stream of changes, not a list of every pod each second;
@@ -97,19 +112,23 @@ def wait_running(
             status = _reported_status(reported, generation) or summary([], reported)
             if tick:
                 tick(status)
-            if status.phase == "Running":
+            if status.phase in WAIT_ENDS:
                 return status
             if time.monotonic() - start > timeout:
                 raise timed_out(reported)
             time.sleep(poll)
 
+    record, record_due = None, start
     with PodWatch(kube, namespace, naming.experiment_selector(name)) as pods:
         while True:
             cpu = time.thread_time()
-            status = summary(pods.snapshot(), {})
+            if time.monotonic() >= record_due:
+                record = kube_progress.read(kube, name, namespace)
+                record_due = time.monotonic() + RECORD_SECONDS
+            status = kube_progress.merge(summary(pods.snapshot(), {}), record)
             if tick:
                 tick(status)
-            if status.phase == "Running":
+            if status.phase in WAIT_ENDS:
                 return status
             if time.monotonic() - start > timeout:
                 raise timed_out({})
