@@ -9,7 +9,7 @@ from __future__ import annotations
 import itertools
 import time
 from collections.abc import Callable, Sequence
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 from surreal_kube.experiment.algorithms import ScheduleConfig
 
@@ -154,3 +154,23 @@ class RunBudget:
         if not parts:
             return None
         return min(max(max(parts), 0.0), 1.0)
+
+
+@runtime_checkable
+class FollowsBudget(Protocol):
+    """A learner with schedules that can follow the run's budget (PPO)."""
+
+    budget_fraction: float | None
+    budget_seconds: float
+
+
+def spend_budget(learner: object, budget: RunBudget, env_steps: int) -> None:
+    """Tell a learner whose schedules can follow the run's budget (PPO's `budget_fraction`) how
+    much of it is spent, before its next update; other learners have no such schedule.
+
+    Both drivers (the learner role, the one-process trainer) call it: without it a `budget`
+    schedule held its initial value for the whole run, and said so only as
+    `ppo/budget_fraction` -1 in TensorBoard."""
+    if isinstance(learner, FollowsBudget):
+        learner.budget_fraction = budget.fraction(env_steps)
+        learner.budget_seconds = budget.seconds

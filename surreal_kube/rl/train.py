@@ -36,6 +36,7 @@ from surreal_kube.rl.factory import (
 )
 from surreal_kube.rl.interfaces import Actor, Learner
 from surreal_kube.rl.replay import PrioritizedReplay
+from surreal_kube.rl.schedules import RunBudget, spend_budget
 from surreal_kube.session.checkpoint import PeriodicCheckpoint
 from surreal_kube.session.metrics import MetricWriter
 
@@ -166,6 +167,8 @@ def train(
     stop = False
     start = time.perf_counter()
     eval_seconds = 0.0
+    # the budget's time is training time, as out_of_budget counts it (evaluations excluded)
+    budget = RunBudget(max_env_steps, max_seconds, clock=lambda: time.perf_counter() - eval_seconds)
 
     def out_of_budget() -> bool:
         if max_env_steps is not None and env_steps >= max_env_steps:
@@ -191,6 +194,7 @@ def train(
         learned = False
         if on_policy:
             while len(replay) >= batch_size and replay_ready(spec, len(replay)):
+                spend_budget(learner, budget, env_steps)
                 stats = learner.learn(replay.sample(batch_size))
                 learned = True
                 params = learner.parameters()
@@ -202,6 +206,7 @@ def train(
             while update_credit >= 1.0:
                 update_credit -= 1.0
                 batch = replay.sample(batch_size)
+                spend_budget(learner, budget, env_steps)
                 stats = learner.learn(batch)
                 learned = True
                 priorities = getattr(learner, "last_priorities", None)

@@ -40,6 +40,7 @@ import numpy as np
 from surreal_kube.comm.parameters import ParameterPublisher
 from surreal_kube.comm.sampling import Prefetcher
 from surreal_kube.experiment.progress import new_evaluations
+from surreal_kube.rl.schedules import RunBudget, spend_budget
 from surreal_kube.runtime.base import RoleBase
 from surreal_kube.runtime.context import RoleContext
 from surreal_kube.runtime.layout import LayoutError, batch_bytes, item_layout
@@ -105,6 +106,12 @@ class LearnerRole(RoleBase):
             self.global_env_steps = int(restored.meta.get("extra", {}).get("global_env_steps", 0))
             log.info("resumed from %s at iteration %d", restored.path.name, self.learner.iteration)
         self.resumed_from = self.learner.iteration
+        # what the run spent before a restart counts (the learner checkpoints its seconds)
+        self.budget = RunBudget(
+            spec.session.max_env_steps,
+            spec.session.max_time_seconds,
+            spent_seconds=float(getattr(self.learner, "budget_seconds", 0.0)),
+        )
         self.batch_size = learner_batch_size(spec)
         self.layout = item_layout(spec, obs_space, action_space)
         """What every item of a batch is: anything else came from a stranger, see `_check_batch`."""
@@ -300,6 +307,7 @@ class LearnerRole(RoleBase):
             if arrays is None:  # every item beyond the policy-lag bound: as starved as no batch
                 self._publish_newest()
                 continue
+            spend_budget(self.learner, self.budget, self.global_env_steps)
             stats = self.learner.learn(arrays)
             self.prefetcher.version = self.learner.iteration
             priorities = getattr(self.learner, "last_priorities", None)
