@@ -25,14 +25,18 @@ defaults: 2 agents, 1 eval) against its fair peer (SB3 as a user who knows it ru
 cores: rl-zoo's PPO settings with 2 environment processes; TD3 with Gaussian noise 0.1 and our
 3-step returns, 2 environment processes), the same wall clock (`--figure-budget`, 600 s), the
 same estimator (the mean of the last 10 evaluations of 5 deterministic episodes, one every 10 s:
-ours by its evaluator's snapshots, played while no agent waits for a CPU (on 2 cores: one a
-minute, the rest when the agents stop; runtime/eval.py), the peer's from policy snapshots after
-its run, so that evaluations take none of either's training time), 3 seeds each (`--seeds`),
-interleaved seed by seed. The table gives the medians; every run is kept in
-bench/results/learning.details.json, and the docs page shows each seed, the median and the range
-(`bench/report.py`). The earlier "8 agents vs 2" row is gone: on 2 cores both ran on the same
-cores, so it scaled nothing. These need a quiet machine: on a shared one they measure the
-neighbours. Writes bench/results/learning.json.
+ours by its evaluator's snapshots, played while no agent waits for a CPU (on 2 cores: the
+first at once, then one a minute, the rest when the agents stop; runtime/eval.py), the peer's
+from policy snapshots after its run, so that evaluations take none of either's training time),
+3 seeds each (`--seeds`), interleaved seed by seed. The table gives the medians; every run is
+kept in bench/results/learning.details.json, and the docs page shows each seed, the median and
+the range (`bench/report.py`). The earlier "8 agents vs 2" row is gone: on 2 cores both ran on
+the same cores, so it scaled nothing. These need a quiet machine: on a shared one they measure
+the neighbours. Writes bench/results/learning.json.
+
+`--long 1800` runs only PPO Ant-v5 with defaults for 30 minutes (issue 28: no collapse): after
+the first 10 minutes, the mean of the last 10 evaluations at the end and the lowest it fell to,
+against the best it reached (rows added to learning.json, the others kept).
 
 `--contender` picks who runs (ours, sb3, sample-factory; default ours and sb3); a contender left
 out keeps its committed runs, and a row is always the medians of the runs the details hold, so
@@ -68,6 +72,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from common import Row, print_table, utc_stamp, write_results
+
+from surreal_kube.session.results import load_curve
 
 ENVS = ("HalfCheetah-v5", "Ant-v5")
 PPO_SETTINGS = {
@@ -273,7 +279,8 @@ def local_experiment(
     sets: Sequence[str] = (),
     curve_as: str | None = None,
 ) -> dict[str, object]:
-    """Run one local experiment to its time budget; its summary.
+    """Run one local experiment to its time budget; its summary, with its curve's points (in
+    the run's time order) under `curve`.
 
     sets: `--set KEY=VALUE` overrides (a variant of the defaults, to compare in one run);
     curve_as: copy its learning curve to bench/results/<curve_as>.png."""
@@ -314,6 +321,7 @@ def local_experiment(
                 break
             time.sleep(5)
         summary = json.loads((folder / "results" / "summary.json").read_text())
+        summary["curve"] = load_curve(folder / "results" / "curve.jsonl")
         RESULTS.mkdir(parents=True, exist_ok=True)
         curve = folder / "results" / "learning_curve.png"
         if curve_as and curve.exists():
@@ -563,6 +571,74 @@ def run_local(algorithm: str, env_id: str, budget: float, seed: int) -> dict[str
     }
 
 
+LONG_CHECKPOINT = 600.0
+"""The protocol's budget: the long run's windows are those after it."""
+COLLAPSE = 0.9
+"""A long run holds if its last-10 mean at the end is at least this share of its best."""
+LONG_DETAILS = RESULTS / "learning-long.details.json"
+"""The long run's evaluations, to recompute or plot its windows."""
+
+
+def last_ten_windows(points: Sequence[dict], after: float) -> list[float]:
+    """The summary's estimator (the mean of the last 10 evaluations) at each evaluation of a
+    snapshot taken after `after` seconds, over those evaluations only.
+
+    Only those: on 2 cores a long run's evaluator keeps what a minute of playing drains, thinned
+    in the older part (runtime/eval.py), so its first 10 minutes hold about one evaluation a
+    minute, and a window reaching back into them would mix early policies into late ones (the
+    last 10 evaluations before 10 min were those 10 minutes' whole curve, random start included:
+    no reference for a window of the protocol)."""
+    late = [float(p["eval_return"]) for p in points if float(p["wall_time"]) > after]
+    return [float(np.mean(late[i - 9 : i + 1])) for i in range(9, len(late))]
+
+
+def long_run_rows(seconds: float) -> list[Row]:
+    """PPO Ant-v5 with defaults (seed 0) for `seconds` (issue 28: no collapse in a 30-minute
+    run): after the protocol's 10 minutes, the last-10 mean at the end and the lowest it fell
+    to, each against the best it reached, in the same run. Its evaluations are kept in
+    bench/results/learning-long.details.json, its curve in ppo-ant-long.png."""
+    summary = local_experiment(
+        "ppo-ant-long", "Ant-v5", "ppo", 2, seconds, ["session.seed=0"], "ppo-ant-long"
+    )
+    points: list[dict] = summary["curve"]  # type: ignore[assignment]
+    keep = ("wall_time", "env_steps", "eval_return", "eval_std", "param_version")
+    LONG_DETAILS.write_text(
+        json.dumps(
+            {"budget_s": seconds, "points": [{k: p.get(k) for k in keep} for p in points]},
+            indent=1,
+        )
+        + "\n"
+    )
+    windows = last_ten_windows(points, LONG_CHECKPOINT)
+    if not windows:
+        raise SystemExit(f"the long run has fewer than 10 evaluations after {LONG_CHECKPOINT} s")
+    best, end, lowest = max(windows), windows[-1], min(windows)
+    minutes = f"{seconds / 60:.0f} min"
+    print(
+        f"  ppo-ant long run: {len(points)} evaluations, {len(windows) + 9} after 10 min; "
+        f"last-10 mean after 10 min: best {best:.0f}, lowest {lowest:.0f}, at {minutes} "
+        f"{end:.0f}; {health(summary)}",
+        file=sys.stderr,
+    )
+    goal = f"(no collapse: >= {COLLAPSE})"
+    return [
+        Row(
+            f"PPO Ant-v5 last-10 mean at {minutes} vs its best after 10 min, same run {goal}",
+            end,
+            best,
+            "return",
+            "higher",
+        ),
+        Row(
+            "PPO Ant-v5 lowest last-10 mean after 10 min vs its best, same run (dips)",
+            lowest,
+            best,
+            "return",
+            "higher",
+        ),
+    ]
+
+
 CONTENDERS = ("ours", "sb3", "sample-factory")
 """Who the protocol runs: ours, SB3 (the fair peer of every task), Sample Factory (PPO only)."""
 PEER_NAMES = {
@@ -676,6 +752,13 @@ def main() -> None:
         "--seeds", type=int, default=len(PROTOCOL_SEEDS), help="seeds per task (3; quick 1)"
     )
     parser.add_argument(
+        "--long",
+        type=float,
+        metavar="SECONDS",
+        help="only the long run: PPO Ant-v5 with defaults for SECONDS (1800: issue 28's "
+        "30 minutes), its last-10 mean at the end and its lowest against its best",
+    )
+    parser.add_argument(
         "--contender",
         action="append",
         choices=CONTENDERS,
@@ -683,6 +766,13 @@ def main() -> None:
         "PPO Ant-v5 only, from a scratch venv. A contender left out keeps its committed runs",
     )
     args = parser.parse_args()
+    if args.long is not None:
+        if args.long <= LONG_CHECKPOINT:
+            parser.error(f"--long {args.long:g}: a long run goes past {LONG_CHECKPOINT:.0f} s")
+        rows = long_run_rows(args.long)
+        print_table("learning", rows)
+        print(f"wrote {write_results('learning', rows, keep_others=True)}")
+        return
     budget = args.budget or (5.0 if args.quick else 600.0)
     episodes = args.episodes or (2 if args.quick else 10)
     torch.set_num_threads(1)

@@ -86,3 +86,27 @@ def test_keep_others_keeps_the_rows_a_run_did_not_measure(
     assert rows == {"a": 2.0, "b": 3.0}
     common.write_results("t", [common.Row("b", 4.0, 1.0, "x", "higher")])
     assert [r["metric"] for r in json.loads((tmp_path / "t.json").read_text())] == ["b"]
+
+
+def test_the_long_run_compares_its_end_and_its_lowest_with_its_best_after_ten_minutes(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Windows take only evaluations of snapshots taken after 10 minutes (the first 10 minutes
+    of a long local run keep about one a minute): the sparse start never enters them."""
+    early = [{"eval_return": 1000.0 + 400 * i, "wall_time": 60.0 * i} for i in range(10)]
+    plateau = [{"eval_return": 5000.0, "wall_time": 600.0 + 20.0 * i} for i in range(1, 21)]
+    dip = [{"eval_return": 1000.0, "wall_time": 1000.0 + 20.0 * i} for i in range(1, 6)]
+    back = [{"eval_return": 4800.0, "wall_time": 1100.0 + 20.0 * i} for i in range(1, 21)]
+    points = early + plateau + dip + back
+    windows = learning.last_ten_windows(points, 600.0)
+    assert len(windows) == 45 - 9 and windows[0] == 5000.0 and windows[-1] == 4800.0
+    assert min(windows) == 2900.0  # 5 of 4,800 after the 5 of 1,000
+
+    monkeypatch.setattr(learning, "local_experiment", lambda *a, **k: {"curve": points})
+    monkeypatch.setattr(learning, "LONG_DETAILS", tmp_path / "long.json")
+    at_end, lowest = learning.long_run_rows(1800.0)
+    assert (at_end.ours, at_end.reference) == (4800.0, 5000.0)
+    assert (lowest.ours, lowest.reference) == (2900.0, 5000.0)
+    assert "30 min" in at_end.metric and "no collapse" in at_end.metric
+    kept = json.loads((tmp_path / "long.json").read_text())
+    assert kept["budget_s"] == 1800.0 and len(kept["points"]) == len(points)
