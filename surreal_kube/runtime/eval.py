@@ -384,6 +384,7 @@ class EvalRole(RoleBase):
         if not yield_cpu():
             log.info("SCHED_IDLE refused: evaluations run at the role's own priority")
         last = -math.inf  # the first snapshot is played at once (the module docstring)
+        deferred = False  # whether the gate held a snapshot back since the last play
         try:
             while not self.stop.is_set():
                 if not self.backlog.wait_item(0.1):
@@ -396,15 +397,19 @@ class EvalRole(RoleBase):
                     self._ticks += 1  # waiting for the CPUs is alive, not stuck
                     if busy:
                         self.deferred_seconds += time.monotonic() - started
+                        deferred = True
                         continue
-                snap = self.backlog.take(timeout=0.1, newest=live and not final)
+                # only a live point while the gate defers the others jumps the queue: the first
+                # play, and every play no gate held back (a pod), takes the oldest, so the
+                # points come in the order they were taken
+                snap = self.backlog.take(timeout=0.1, newest=live and deferred and not final)
                 if snap is None:
                     continue
                 try:
                     self._play(snap)
                 finally:
                     self.backlog.done()
-                last = time.monotonic()
+                last, deferred = time.monotonic(), False
         except Exception as exc:
             self._died = f"{type(exc).__name__}: {exc}"
             log.error("the evaluation thread died: %s", self._died, exc_info=True)

@@ -227,3 +227,32 @@ def test_the_first_snapshot_is_played_at_once_while_the_cpus_are_taken(local_run
         thread.join(timeout=10)
         role.close()
         publisher.close()
+
+
+@pytest.mark.slow
+def test_snapshots_waiting_before_the_first_play_are_played_oldest_first(local_run) -> None:
+    """Before: the first play counted as the live one and took the newest snapshot, so where
+    the first fetch outlasted the interval (a cold CI machine) and two snapshots waited, the
+    older was played after the newer and the curve's points came out of order."""
+    publisher, role, params = _evaluator(local_run, episodes=1, interval=60)
+    try:
+        for version in (1, 2):
+            publisher.publish({k: v + version / 100 for k, v in params.items()}, version)
+            deadline = time.monotonic() + 60
+            while (snap := role.snapshot()) is None or snap.info.iteration != version:
+                assert time.monotonic() < deadline, f"version {version} never fetched"
+                time.sleep(0.05)
+            role.backlog.put(snap)
+        thread = threading.Thread(target=role.run)
+        thread.start()
+        deadline = time.monotonic() + 120
+        while len(role.recent) < 2:
+            assert time.monotonic() < deadline, "the two snapshots were not played"
+            time.sleep(0.1)
+        assert [r["param_version"] for r in role.recent][:2] == [1, 2]
+    finally:
+        role.stop.set("test over")
+        if "thread" in locals():
+            thread.join(timeout=10)
+        role.close()
+        publisher.close()
