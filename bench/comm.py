@@ -12,13 +12,15 @@
 - parameters: seconds from `publish` until 8 agent clients hold a new 1 MB parameter set (learner
   PUB -> ps shard -> ps proxy -> 8 `ParameterClient`s fetching by hash). Reference: raw PUB of the
   same megabyte to 8 SUB sockets.
-- CURVE: the experience and parameter paths again with every socket a CURVE socket (the
-  experiment's keypair, `comm.curve`, as every experiment runs), against the same paths without
-  it, in the same run: the price of authenticating and encrypting (goal: at most 10 % slower).
-  Those paths run flat out, far above what agents send; the main job shows the price where it
-  runs: the agents' env steps/s of `make run`'s experiment (PPO Ant-v5, 2 agents, 1 eval, local)
-  over a window after its first update, with its keys, against the same experiment created with
-  no key file (plain sockets: no command makes one, the benchmark does), runs alternated.
+- Closed to strangers (issue 25; goal: at most 10 % slower than the same path open to all):
+  the experience and parameter paths again as a local run wires them, Unix sockets in the run's
+  private folder (`launch/local/sockets.py`), and as pods talk, TCP with every socket a CURVE
+  socket (the experiment's keypair, `comm.curve`), each against the same path on plain TCP in
+  the same run. Those paths run flat out, far above what agents send; the main job shows the
+  price where it runs: the agents' env steps/s of `make run`'s experiment (PPO Ant-v5, 2 agents,
+  1 eval, local) over a window after its first update as created (Unix sockets), against the
+  same experiment wired as before them (every endpoint a 127.0.0.1 port, CURVE with a key file
+  in the folder: no command makes that, the benchmark does), runs alternated.
 
 Every party runs in its own process (agents: 8 client threads in one process), as in a local
 experiment. Writes bench/results/comm.json.
@@ -26,6 +28,7 @@ experiment. Writes bench/results/comm.json.
 
 from __future__ import annotations
 
+import json
 import multiprocessing as mp
 import os
 import shutil
@@ -80,11 +83,17 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+TRANSPORTS = ("tcp", "curve", "ipc")
+"""How `experiment_envs` wires the roles: plain TCP on 127.0.0.1; TCP with CURVE, as pods talk;
+Unix sockets in the run's folder, as a local run does."""
+
+
 def experiment_envs(
-    root: Path, spec: dict[str, Any], curve: bool = False
+    root: Path, spec: dict[str, Any], transport: str = "tcp"
 ) -> dict[str, dict[str, str]]:
-    """The environment of every process of a throwaway experiment (as the local backend does);
-    with `curve`, its key file in the folder, where the roles find it."""
+    """The environment of every process of a throwaway experiment (as the local backend does),
+    wired by `transport` (TRANSPORTS); for CURVE, its key file in the folder, where the roles
+    find it."""
     from surreal_kube.experiment.resolve import (
         deep_merge,
         default_document,
@@ -98,12 +107,17 @@ def experiment_envs(
     exp = validate_document(doc)
     config = root / "config.yml"
     config.write_text(dump_yaml(exp))
-    if curve:
-        from surreal_kube.launch.local.keys import write_keys
+    if transport == "curve":
+        from surreal_kube.launch.keys import write_keys
 
         write_keys(root)
     topo = build_topology("bench", exp.spec)
-    book = topo.addresses_local({e: free_port() for e in topo.binders})
+    ports = {e: free_port() for e in topo.binders}
+    if transport == "ipc":
+        (root / "s").mkdir(mode=0o700)
+        book = topo.addresses_local(ports, socket_dir=str(root / "s"))
+    else:
+        book = topo.addresses_local(ports)
     return {
         p.name: topo.environment(p, book, config_path=str(config), experiment_dir=str(root))
         for p in topo.processes
@@ -302,7 +316,7 @@ def _wait_shards(ready: Any) -> None:
         raise RuntimeError("a replay shard could not reach the load balancer")
 
 
-def experience(mpc: Any, seconds: float, raw: bool, curve: bool = False) -> float:
+def experience(mpc: Any, seconds: float, raw: bool, transport: str = "tcp") -> float:
     """Transitions per second into the shards (ours) or the raw PULL socket (reference)."""
     window, stop, out = mpc.Event(), mpc.Event(), mpc.Queue()
     procs = []
@@ -322,7 +336,7 @@ def experience(mpc: Any, seconds: float, raw: bool, curve: bool = False) -> floa
                     "samplesPerInsert": 0,
                 }
             }
-            envs = experiment_envs(Path(tmp), spec, curve)
+            envs = experiment_envs(Path(tmp), spec, transport)
             keys = key_file(envs)
             lb_stop = mpc.Event()
             procs.append(_spawn(mpc, run_balancer, envs["replay"], lb_stop))
@@ -424,7 +438,7 @@ def sampling(mpc: Any, seconds: float, raw: bool) -> float:
     return rate
 
 
-def parameters(mpc: Any, rounds: int, raw: bool, curve: bool = False) -> float:
+def parameters(mpc: Any, rounds: int, raw: bool, transport: str = "tcp") -> float:
     """Median seconds from publish until all AGENTS hold the new parameters."""
     ready, out, stop = mpc.Queue(), mpc.Queue(), mpc.Event()
     procs = []
@@ -439,7 +453,7 @@ def parameters(mpc: Any, rounds: int, raw: bool, curve: bool = False) -> float:
             pub = make_socket(zmq.PUB, bind=addr, sndhwm=4)
             client_addr = addr
         else:
-            envs = experiment_envs(Path(tmp), {"ps": {"shards": 1}}, curve)
+            envs = experiment_envs(Path(tmp), {"ps": {"shards": 1}}, transport)
             keys = key_file(envs)
             _install_keys(keys)  # this process is the learner: its publisher's socket
             publisher = ParameterPublisher(envs["learner"]["SURREAL_PARAMETER_PUBLISH_BIND"])
@@ -487,45 +501,62 @@ def best_of(reps: int, measure: Any, better: str) -> tuple[float, float]:
     return pick(ours), pick(ref)
 
 
-def best_of_curve(reps: int, measure: Any, better: str) -> tuple[float, float, float]:
-    """(ours, reference, ours with CURVE), each the best of `reps` runs taken in turn."""
-    ours, ref, cur = [], [], []
+def best_of_transports(reps: int, measure: Any, better: str) -> dict[str, float]:
+    """Ours by each of TRANSPORTS and the raw reference ("raw"), each the best of `reps` runs
+    taken in turn."""
+    runs: dict[str, list[float]] = {t: [] for t in (*TRANSPORTS, "raw")}
     for _ in range(reps):
-        ours.append(measure(raw=False, curve=False))
-        ref.append(measure(raw=True, curve=False))
-        cur.append(measure(raw=False, curve=True))
+        for transport in TRANSPORTS:
+            runs[transport].append(measure(raw=False, transport=transport))
+        runs["raw"].append(measure(raw=True, transport="tcp"))
     pick = max if better == "higher" else min
-    return pick(ours), pick(ref), pick(cur)
+    return {t: pick(values) for t, values in runs.items()}
 
 
 MAIN_JOB = ["--env", "gym:Ant-v5", "--num-agents", "2", "--num-evals", "1"]
-PLAIN_CREATE = (
+TCP_CURVE_CREATE = (
     "import sys\n"
-    "import surreal_kube.launch.local.backend as backend\n"
-    "backend.write_keys = lambda path: None  # no key file: every role's sockets are plain\n"
+    "from surreal_kube.launch.keys import write_keys\n"
+    "from surreal_kube.launch.local import backend, sockets\n"
+    "from surreal_kube.launch.local.ports import allocate_ports\n"
+    "def tcp(self, topology):  # every endpoint a 127.0.0.1 port, as before the Unix sockets\n"
+    "    return topology.addresses_local(allocate_ports(sorted(topology.binders), set()))\n"
+    "sockets.Wiring.addresses = tcp\n"
+    "prepare = backend.prepare\n"
+    "def keyed(*args, **kwargs):  # and the key file in the folder, where the roles find it\n"
+    "    out = prepare(*args, **kwargs)\n"
+    "    write_keys(out[1].path)\n"
+    "    return out\n"
+    "backend.prepare = keyed\n"
     "from surreal_kube.cli.main import run\n"
     "sys.argv = ['surreal-kube', *sys.argv[1:]]\n"
     "run()\n"
 )
 
 
-def main_job_rate(curve: bool, window: float) -> float:
-    """The agents' env steps/s of the main job over `window` s after the learner's first update;
-    without `curve`, the same experiment created with no key file."""
+def main_job_rate(created: bool, window: float) -> float:
+    """The agents' env steps/s of the main job over `window` s after the learner's first update:
+    as created (`created`), or wired as before the Unix sockets (TCP with CURVE; its supervisor
+    in the foreground of a process of its own, where the wiring is patched)."""
     root = Path(tempfile.mkdtemp(prefix="bench-comm-job-"))
-    create = ["-m", "surreal_kube.cli.main"] if curve else ["-c", PLAIN_CREATE]
-    args = ["create", "job", "--local", "--detach", "--root", str(root), *MAIN_JOB]
-    done = subprocess.run(
+    create = ["-m", "surreal_kube.cli.main"] if created else ["-c", TCP_CURVE_CREATE]
+    args = ["create", "job", "--local", "--root", str(root), *MAIN_JOB]
+    if created:
+        args.append("--detach")
+    proc = subprocess.Popen(
         [sys.executable, *create, *args, "--max-time", str(window + 120)],
-        capture_output=True, text=True, timeout=300,
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE if created else subprocess.DEVNULL,
+        text=True,
     )  # fmt: skip
-    if done.returncode:
-        raise SystemExit(f"create failed: {done.stderr}")
+    if created and proc.wait(timeout=300):
+        raise SystemExit(f"create failed: {proc.stderr.read() if proc.stderr else ''}")
     folder = root / "job"
     try:
-        if (folder / "curve.key").exists() != curve:
-            raise SystemExit(f"the {'CURVE' if curve else 'plain'} run has the wrong sockets")
         wait_learning(folder, 120)
+        addresses = (json.loads((folder / "state.json").read_text()) or {})["addresses"]
+        ipc = addresses["ps-serve"].startswith("ipc://")
+        if ipc != created or (folder / "curve.key").exists() == created:
+            raise SystemExit("the main job's run is not wired as asked")
         s0, t0 = agents_steps(folder)
         time.sleep(window)
         s1, t1 = agents_steps(folder)
@@ -536,17 +567,18 @@ def main_job_rate(curve: bool, window: float) -> float:
              "--yes"],
             capture_output=True, timeout=120,
         )  # fmt: skip
+        proc.wait(timeout=120)
         shutil.rmtree(root, ignore_errors=True)
 
 
 def main_job(reps: int, window: float) -> tuple[float, float]:
-    """Mean env steps/s with CURVE and without, runs alternated so that a slower minute of the
-    machine falls on both."""
-    with_curve, plain = [], []
+    """Mean env steps/s as created and wired as before, runs alternated so that a slower minute
+    of the machine falls on both."""
+    created, before = [], []
     for _ in range(reps):
-        plain.append(main_job_rate(False, window))
-        with_curve.append(main_job_rate(True, window))
-    return statistics.mean(with_curve), statistics.mean(plain)
+        before.append(main_job_rate(False, window))
+        created.append(main_job_rate(True, window))
+    return statistics.mean(created), statistics.mean(before)
 
 
 def main() -> None:
@@ -556,18 +588,19 @@ def main() -> None:
     rounds = 5 if args.quick else 15
     reps = 1 if args.quick else 3
     mpc = mp.get_context("spawn")
-    *exp, exp_curve = best_of_curve(
-        reps, lambda raw, curve: experience(mpc, seconds, raw, curve), "higher"
+    exp = best_of_transports(
+        reps, lambda raw, transport: experience(mpc, seconds, raw, transport), "higher"
     )
     smp = best_of(reps, lambda raw: sampling(mpc, seconds, raw), "higher")
-    *par, par_curve = best_of_curve(
-        reps, lambda raw, curve: parameters(mpc, rounds, raw, curve), "lower"
+    par = best_of_transports(
+        reps, lambda raw, transport: parameters(mpc, rounds, raw, transport), "lower"
     )
     job = main_job(1 if args.quick else 2, 20.0 if args.quick else 60.0)
     rows = [
         Row(
             f"experience: transitions/s from {SENDERS} senders into {SHARDS} shards",
-            *exp,
+            exp["tcp"],
+            exp["raw"],
             "transitions/s",
             "higher",
         ),
@@ -579,35 +612,56 @@ def main() -> None:
         ),
         Row(
             f"parameters: publish -> {AGENTS} agents hold 1 MB (median of {rounds})",
-            *par,
+            par["tcp"],
+            par["raw"],
             "s",
             "lower",
         ),
         Row(
-            "experience with CURVE (reference: the same path without it)",
-            exp_curve,
-            exp[0],
+            "experience on local Unix sockets (reference: the same path on plain TCP)",
+            exp["ipc"],
+            exp["tcp"],
             "transitions/s",
             "higher",
         ),
         Row(
-            f"parameters with CURVE: publish -> {AGENTS} agents hold 1 MB (reference: without)",
-            par_curve,
-            par[0],
+            f"parameters on local Unix sockets: publish -> {AGENTS} agents hold 1 MB "
+            "(reference: plain TCP)",
+            par["ipc"],
+            par["tcp"],
             "s",
             "lower",
         ),
         Row(
-            "main job (PPO Ant-v5, 2 agents, local) env steps/s with CURVE (reference: without)",
+            "experience on TCP with CURVE, as pods talk (reference: plain TCP)",
+            exp["curve"],
+            exp["tcp"],
+            "transitions/s",
+            "higher",
+        ),
+        Row(
+            f"parameters on TCP with CURVE: publish -> {AGENTS} agents hold 1 MB "
+            "(reference: plain TCP)",
+            par["curve"],
+            par["tcp"],
+            "s",
+            "lower",
+        ),
+        Row(
+            "main job (PPO Ant-v5, 2 agents, local) env steps/s as created, Unix sockets "
+            "(reference: TCP with CURVE, as before)",
             *job,
             "steps/s",
             "higher",
         ),
     ]
     print_table("comm", rows)
-    for path, row in zip(("experience", "1 MB broadcast"), rows[-3:-1], strict=True):
-        print(f"CURVE: the {path} runs at {row.ratio:.2f} of its speed without it (goal: >= 0.90)")
-    print(f"CURVE: the main job steps at {rows[-1].ratio:.2f} of its speed without it")
+    for label, (e, b) in {"local Unix sockets": rows[3:5], "TCP with CURVE": rows[5:7]}.items():
+        print(
+            f"{label}: experience {e.ratio:.2f}, 1 MB broadcast {b.ratio:.2f} of plain TCP "
+            "(goal: >= 0.90)"
+        )
+    print(f"the main job as created steps at {rows[-1].ratio:.2f} of its speed wired as before")
     path = write_results("comm", rows)
     print(f"wrote {path}")
 

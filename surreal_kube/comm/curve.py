@@ -1,7 +1,9 @@
 """Peers that prove who they are: ZeroMQ CURVE with one keypair per experiment.
 
-Without it, any process that can reach an endpoint (every user of the machine locally, every pod
-of the cluster) can end a run, serve forged parameters or inject experience with one message.
+Without it, any process that can reach an endpoint (every pod of the cluster; locally, every user
+of the machine, had the endpoints been TCP ports) can end a run, serve forged parameters or inject
+experience with one message. A local run's endpoints are Unix sockets in a folder only its user
+can enter (`launch/local/sockets.py`): it writes no key file, and its sockets are plain.
 With it, every socket of a role is a CURVE socket: the side that binds is a CURVE server, the
 side that connects a CURVE client, and a peer that cannot prove it holds the experiment's secret
 key is refused during the handshake, before any message of it reaches our code.
@@ -19,12 +21,12 @@ experiment's public key as a client key: a stranger must hold the secret key its
 merely know the public one. The handler runs once per connection handshake, never per message,
 so it costs nothing on the data path.
 
-Where keys come from: a file (JSON `{"public": z85, "secret": z85}`), written 0600 into the
-experiment's 0700 folder by the local backend (`launch/local/keys.py`) or mounted read-only from
-a Secret on Kubernetes. Never from an environment variable or a URL (both leak into process
-listings, `kubectl describe` and logs), and never logged: `CurveKeys` hides its secret in its
-repr. A process that installed no keys (`install(None)`, the default) makes plain sockets, as
-before: tests and tools that talk to no experiment need no keys.
+Where keys come from: a file (JSON `{"public": z85, "secret": z85}`, `launch/keys.py`), mounted
+read-only from a Secret on Kubernetes (or written 0600 into an experiment folder by the runtime
+tests' harness and the benchmarks, which talk TCP as pods do). Never from an environment variable or
+a URL (both leak into process listings, `kubectl describe` and logs), and never logged: `CurveKeys`
+hides its secret in its repr. A process that installed no keys (`install(None)`, the default) makes
+plain sockets, as before: tests and tools that talk to no experiment need no keys.
 
 MAXMSGSIZE: libzmq checks it against the encrypted frame, 33 bytes longer than the plain one
 (`FRAME_OVERHEAD`), so `max_msg_bytes` adds them: a role accepts encrypted exactly what it

@@ -75,6 +75,9 @@ ENDPOINTS: dict[str, Endpoint] = {
     )
 }
 
+SOCKET_PATH_MAX = 107
+"""The longest path of a Unix socket (Linux's sun_path, 108 bytes with its NUL)."""
+
 COLLECTOR_PREFIX = "replay-collector-"
 COLLECTOR_BASE_PORT = 7100
 """Replay shard `i` takes experience on `replay-collector-<i>`, port 7100 + i on Kubernetes."""
@@ -217,18 +220,30 @@ class Topology:
         return out
 
     def addresses_local(
-        self, ports: Mapping[str, int], host: str = "127.0.0.1"
+        self, ports: Mapping[str, int], host: str = "127.0.0.1", socket_dir: str | None = None
     ) -> dict[str, Address]:
-        """Local addresses: everything on one host, on ports the caller allocated."""
+        """Local addresses: everything on one host. With `socket_dir`, each ZeroMQ endpoint is
+        a Unix socket there (a local run's, `launch/local/sockets.py`) and only HTTP ones take
+        a port; without, every endpoint is on a port the caller allocated (as pods talk: the
+        runtime tests' harness and the benchmarks)."""
         book: dict[str, Address] = {}
         for name in self.binders:
             ep = endpoint(name)
+            if socket_dir is not None and ep.protocol == "zmq":
+                path = f"{socket_dir}/{name}"
+                if len(path) > SOCKET_PATH_MAX:
+                    raise TopologyError(
+                        f"socket path {path!r} is {len(path)} bytes, over a Unix socket's "
+                        f"{SOCKET_PATH_MAX}: use a shorter folder"
+                    )
+                book[name] = Address(f"ipc://{path}", f"ipc://{path}", socket_dir, 0)
+                continue
             port = ports[name]
             scheme = "tcp" if ep.protocol == "zmq" else "http"
             book[name] = Address(
                 f"{scheme}://{host}:{port}", f"{scheme}://{host}:{port}", host, port
             )
-        check_ports(book)
+        check_ports({n: a for n, a in book.items() if a.port})
         return book
 
     def addresses_kube(self, namespace: str, domain: str = "cluster.local") -> dict[str, Address]:

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from surreal_kube.comm import curve
-from surreal_kube.launch.local.keys import write_keys
+from surreal_kube.launch.keys import write_keys
 
 _keys = curve.generate()
 

@@ -14,7 +14,7 @@ import zmq
 from surreal_kube.comm import curve
 from surreal_kube.comm.sockets import bind_any_port, context, make_socket
 from surreal_kube.errors import RuntimeRoleError
-from surreal_kube.launch.local.keys import write_keys
+from surreal_kube.launch.keys import write_keys
 from surreal_kube.runtime.context import RoleContext
 
 HANDSHAKE_FAILED = (

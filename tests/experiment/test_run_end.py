@@ -42,6 +42,7 @@ def test_both_backends_decide_with_this_rule(
 ) -> None:
     """The supervisor and the conductor count their own figures but decide alike: here."""
     from surreal_kube.launch.local.folder import ExperimentFolder
+    from surreal_kube.launch.local.sockets import Wiring
     from surreal_kube.launch.local.supervisor import Supervisor
     from surreal_kube.runtime.conductor import Conductor
     from surreal_kube.runtime.reporter import ProgressTracker
@@ -54,8 +55,8 @@ def test_both_backends_decide_with_this_rule(
 
     monkeypatch.setattr(run_end, "budget_reached", rule)
     exp = resolve_experiment("exp-end", sets=["session.maxEnvSteps=1000"])
-    ports = {name: 1 + i for i, name in enumerate(exp.topology.binders)}  # none started
-    sup = Supervisor(exp, exp.topology, ExperimentFolder(tmp_path / "exp-end"), ports)
+    wiring = Wiring(tmp_path / "sockets", {"tensorboard": 1})  # nothing started
+    sup = Supervisor(exp, exp.topology, ExperimentFolder(tmp_path / "exp-end"), wiring)
     conductor = Conductor(
         exp,
         ProgressTracker(),

@@ -11,7 +11,7 @@ from zmq.utils.monitor import recv_monitor_message
 
 from surreal_kube.comm import curve
 from surreal_kube.comm.metrics import LogForwarder
-from surreal_kube.launch.local.keys import write_keys
+from surreal_kube.launch.keys import write_keys
 from tests.runtime.harness import LocalRun
 
 FAILED = (

@@ -1,8 +1,9 @@
-"""A stranger on 127.0.0.1 attacks every address of a whole running local experiment.
+"""A hostile peer attacks every address of a whole running local experiment.
 
 The experiment is a real `surreal-kube create --local --detach` run (PPO on CartPole, one agent,
 one evaluator, a small budget). Once it learns, a peer connects to every ZeroMQ address the
-experiment's state lists and sends what issue 25 found would crash, stall, poison or end a run:
+experiment's state lists (its Unix sockets: a process of the run's own user, the only kind the
+run's folder lets in, launch/local/sockets.py) and sends what issue 25 found would crash, stall, poison or end a run:
 malformed wire frames, odd-shaped and old-schema experience, oversized messages, forged sample
 requests, a fake replay shard, a fake parameter server with a bad hash, scalars and log records
 from names outside the topology, and a subscribe storm. Then: no role died or restarted, the
@@ -103,27 +104,19 @@ def scalars(logdir: Path) -> dict[str, float]:
 class Peer:
     """The stranger: ZeroMQ sockets of its own, closed at the end."""
 
-    def __init__(self, ports: dict[str, int], key_file: Path) -> None:
-        self.ports = ports
-        # With CURVE on, the peer holds the experiment's key (read from its 0600 file, as the
-        # same user may): an insider, or a stolen key. The receivers must hold anyway.
-        keys = json.loads(key_file.read_text()) if key_file.exists() else None
-        self.keys = {k: v.encode() for k, v in keys.items()} if keys else None
+    def __init__(self, addresses: dict[str, str]) -> None:
+        self.addresses = addresses
         self.ctx = zmq.Context()
         self.socks: list[zmq.Socket[bytes]] = []
 
     def addr(self, name: str) -> str:
-        return f"tcp://127.0.0.1:{self.ports[name]}"
+        return self.addresses[name]
 
     def sock(
         self, kind: int, name: str, connect: bool = True, **options: int | bytes
     ) -> zmq.Socket[bytes]:
         s = self.ctx.socket(kind)
         s.setsockopt(zmq.LINGER, 2000)  # what was sent gets there before close
-        if self.keys is not None:
-            s.curve_serverkey = self.keys["public"]
-            s.curve_publickey = self.keys["public"]
-            s.curve_secretkey = self.keys["secret"]
         for key, value in options.items():
             s.setsockopt(getattr(zmq, key), value)
         if connect:
@@ -313,10 +306,18 @@ def attack_metrics_and_logs(peer: Peer) -> None:
         push.send_multipart([header(wire.LOG, meta, [])])
 
 
-def raw_garbage(ports: dict[str, int]) -> None:
-    """Bytes that are not even ZMTP, to every port (TensorBoard's HTTP one included)."""
-    for port in ports.values():
-        with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
+def raw_garbage(addresses: dict[str, str]) -> None:
+    """Bytes that are not even ZMTP, to every endpoint (TensorBoard's HTTP one included)."""
+    for address in addresses.values():
+        scheme, _, where = address.partition("://")
+        if scheme == "ipc":
+            s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            s.settimeout(5)
+            s.connect(where)
+        else:
+            host, _, port = where.rstrip("/").rpartition(":")
+            s = socket.create_connection((host, int(port)), timeout=5)
+        with s:
             s.sendall(b"\xff" * 9 + b"\x7f" + b"GET / HTTP/1.0\r\n\r\n" + b"\0" * 4096)
 
 
@@ -339,16 +340,17 @@ def test_a_hostile_peer_cannot_crash_stall_or_end_a_running_experiment(experimen
     before = state_of(folder)
     assert before["phase"] == "Running"
     pids = {name: p["pid"] for name, p in before["processes"].items()}
-    ports = {name: int(port) for name, port in before["ports"].items()}
+    addresses = before["addresses"]
+    assert all(a.startswith("ipc://") for n, a in addresses.items() if n != "tensorboard")
 
-    peer = Peer({k: v for k, v in ports.items() if k != "tensorboard"}, folder / "curve.key")
+    peer = Peer({k: v for k, v in addresses.items() if k != "tensorboard"})
     # CI's agent stepped CartPole at 8,700 steps/s and took its whole budget during the attacks
     # before the fake parameter server: it fetched no more, and only the eval met the forgeries.
     # So the agent is held (SIGSTOP; nothing local restarts a silent process) until the fake
     # server is joined, and its budget cannot run out first.
     os.kill(pids["agents-0"], signal.SIGSTOP)
     try:
-        raw_garbage(ports)
+        raw_garbage(addresses)
         attack_experience(peer, folder)
         attack_sampler(peer)
         attack_parameters(peer)

@@ -26,7 +26,7 @@ from surreal_kube.experiment.resolve import dump_yaml, resolve_experiment
 from surreal_kube.experiment.topology import Process
 from surreal_kube.launch.local import supervisor as sv
 from surreal_kube.launch.local.folder import ExperimentFolder, read_json
-from surreal_kube.launch.local.ports import allocate_ports
+from surreal_kube.launch.local.sockets import Wiring
 
 REPO = Path(__file__).resolve().parents[2]
 FAULTY = [sys.executable, "-m", "tests.runtime.faulty_role"]
@@ -112,9 +112,7 @@ def test_the_local_supervisor_sees_the_learner_exit_1(
     folder = ExperimentFolder(tmp_path / "faulty")
     folder.create()
     folder.config.write_text(dump_yaml(exp))
-    sup = FaultySupervisor(
-        exp, exp.topology, folder, allocate_ports(sorted(exp.topology.binders), set())
-    )
+    sup = FaultySupervisor(exp, exp.topology, folder, Wiring.plan(folder.path, exp.topology, set()))
     sup.start()
     try:
         sup.run(period=0.2)

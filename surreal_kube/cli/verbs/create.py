@@ -233,7 +233,7 @@ def run_local(
     from surreal_kube.launch.local import backend
     from surreal_kube.launch.local.supervisor import budget_note, supervise
 
-    exp, folder, ports, elapsed_before = backend.prepare(
+    exp, folder, wiring, elapsed_before = backend.prepare(
         exp, root=root, resume=resume, replace=replace, restore_from=restore_from
     )
     name = exp.metadata.name
@@ -266,7 +266,7 @@ def run_local(
             sup, picture = supervise(
                 exp,
                 folder,
-                ports,
+                wiring,
                 elapsed_before=elapsed_before,
                 tick=lambda s: live.update(view(s)),
             )
@@ -280,7 +280,7 @@ def run_local(
                 info(f"{name}: {phase}")
                 last[0] = phase
 
-        sup, picture = supervise(exp, folder, ports, elapsed_before=elapsed_before, tick=tick)
+        sup, picture = supervise(exp, folder, wiring, elapsed_before=elapsed_before, tick=tick)
         err.print(view(sup))
     info(f"{name}: {sup.phase.lower()} ({sup.reason}); results in {folder.results}")
     if out.is_terminal:

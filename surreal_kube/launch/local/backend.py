@@ -1,7 +1,8 @@
 """Local experiments as a backend: create, list, status, logs, tb and delete by name.
 
-Everything an operation needs is in the experiment folder (config, state file with the ports and
-pids, status files, logs), so a detached experiment is managed exactly like a foreground one.
+Everything an operation needs is in the experiment folder (config, state file with the run's
+socket folder, ports and pids, status files, logs), so a detached experiment is managed exactly
+like a foreground one.
 Pre-flight checks run before anything is written or started; a refused create leaves nothing.
 """
 
@@ -22,6 +23,7 @@ from typing import Any
 from surreal_kube.errors import LaunchError, SpecError
 from surreal_kube.experiment.resolve import dump_yaml, load_experiment_file
 from surreal_kube.experiment.spec import Experiment
+from surreal_kube.launch.keys import KEY_FILE
 from surreal_kube.launch.local import orphans
 from surreal_kube.launch.local.folder import (
     ExperimentFolder,
@@ -30,13 +32,13 @@ from surreal_kube.launch.local.folder import (
     read_json,
     write_json_atomic,
 )
-from surreal_kube.launch.local.keys import write_keys
 from surreal_kube.launch.local.ports import (
     allocate_ports,
     port_is_free,
     ports_in_use_by_experiments,
     root_lock,
 )
+from surreal_kube.launch.local.sockets import Wiring, remove_earlier_runs
 
 ACTIVE = ("Starting", "Running", "Stopping")
 
@@ -149,8 +151,9 @@ def prepare(
     resume: bool = False,
     replace: bool = False,
     restore_from: Path | None = None,
-) -> tuple[Experiment, ExperimentFolder, dict[str, int], float]:
-    """Reserve the name, write the folder and choose ports; returns what the supervisor needs.
+) -> tuple[Experiment, ExperimentFolder, Wiring, float]:
+    """Reserve the name, write the folder and choose the run's sockets and ports; returns what
+    the supervisor needs.
 
     With `resume`, the experiment's saved config is used (only the session budget comes from the
     command line) and the wall time of earlier runs is carried over.
@@ -161,8 +164,10 @@ def prepare(
     with root_lock(folder.path.parent):
         elapsed_before = 0.0
         remove_old = False
+        earlier: dict[str, Any] = {}
         if folder.exists():
             existing = LocalExperiment(folder, read_json(folder.state) or {})
+            earlier = existing.state
             if existing.running:
                 raise LaunchError(
                     f"experiment {exp.metadata.name!r} is already running "
@@ -195,16 +200,19 @@ def prepare(
             raise SpecError(f"--resume: no experiment named {exp.metadata.name!r} at {folder.path}")
         exp = with_agent_batch(exp, available_cores())
         preflight(exp)  # the experiment that will run (the saved one when resuming)
+        wiring = Wiring.plan(
+            folder.path, exp.topology, ports_in_use_by_experiments(folder.path.parent)
+        )
         if remove_old:  # only now: a refused create leaves the old experiment as it was
             shutil.rmtree(folder.path)
-        topo = exp.topology
-        ports = allocate_ports(
-            sorted(topo.binders), ports_in_use_by_experiments(folder.path.parent)
-        )
         with private_files():  # the folder 0700, its files 0600 (folder.PRIVATE_UMASK)
             folder.create()
+            remove_earlier_runs(folder.path, earlier)
+            # a key file of an earlier version's run would make the roles CURVE over Unix
+            # sockets, paying per frame for nothing (launch/local/sockets.py)
+            (folder.path / KEY_FILE).unlink(missing_ok=True)
+            wiring.create()
             folder.config.write_text(dump_yaml(exp))
-            write_keys(folder.path)  # the roles' CURVE keypair, 0600 (launch.local.keys)
             if restore_from is not None:
                 target = folder.checkpoints / Path(restore_from).name
                 if Path(restore_from).resolve() != target.resolve():
@@ -214,11 +222,11 @@ def prepare(
                 {
                     "name": exp.metadata.name,
                     "phase": "Starting",
-                    "ports": ports,
+                    **wiring.state(),
                     "elapsed": elapsed_before,
                 },
             )
-    return exp, folder, ports, elapsed_before
+    return exp, folder, wiring, elapsed_before
 
 
 def _check_budget_left(exp: Experiment, folder: ExperimentFolder, elapsed: float) -> None:
@@ -336,6 +344,7 @@ def delete(
     if exp.running:
         say(f"stopping {name} (supervisor pid {pid}); its processes finish their work first...")
     stop(exp)
+    remove_earlier_runs(exp.folder.path, exp.state)  # the sockets a killed supervisor left
     if not keep_files:
         say(f"removing {exp.folder.path}")
         with root_lock(exp.folder.path.parent):

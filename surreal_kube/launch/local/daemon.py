@@ -1,7 +1,8 @@
 """`python -m surreal_kube.launch.local.daemon FOLDER`: a detached experiment's supervisor.
 
 `create --detach` starts this in its own session; it reads everything from the folder that
-`prepare` wrote (config, ports) and runs exactly what a foreground `create` runs.
+`prepare` wrote (config, the run's sockets and ports) and runs exactly what a foreground
+`create` runs.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from pathlib import Path
 
 from surreal_kube.experiment.resolve import load_experiment_file
 from surreal_kube.launch.local.folder import ExperimentFolder, read_json
+from surreal_kube.launch.local.sockets import Wiring
 from surreal_kube.launch.local.supervisor import supervise
 
 
@@ -26,7 +28,7 @@ def main(argv: list[str]) -> int:
     sup, picture = supervise(
         exp,
         folder,
-        {k: int(v) for k, v in state["ports"].items()},
+        Wiring.from_state(state),
         elapsed_before=float(state.get("elapsed") or 0.0),
     )
     logging.info("%s: %s; learning curve: %s", sup.phase, sup.reason, picture)

@@ -40,6 +40,7 @@ from surreal_kube.launch.local.folder import (
 )
 from surreal_kube.launch.local.progress import Progress, read_progress
 from surreal_kube.launch.local.results import CurveRecorder
+from surreal_kube.launch.local.sockets import Wiring
 
 log = logging.getLogger("surreal_kube.local")
 
@@ -104,16 +105,16 @@ class Supervisor:
         exp: Experiment,
         topology: Topology,
         folder: ExperimentFolder,
-        ports: dict[str, int],
+        wiring: Wiring,
         *,
         python: str = sys.executable,
     ) -> None:
         self.exp = exp
         self.topology = topology
         self.folder = folder
-        self.ports = ports
+        self.wiring = wiring
         self.python = python
-        self.addresses = topology.addresses_local(ports)
+        self.addresses = wiring.addresses(topology)
         self.children = {p.name: Child(p) for p in topology.processes}
         self.phase = "Starting"
         self.reason = ""
@@ -206,6 +207,7 @@ class Supervisor:
     def start(self) -> None:
         """Start every process, in topology order (light roles first: they are ready at once)."""
         self.folder.create()
+        self.wiring.create()
         if self.use_forkserver and forking.enabled():
             self._start_forkserver()
         for child in sorted(self.children.values(), key=lambda c: c.process.role in _HEAVY):
@@ -331,6 +333,7 @@ class Supervisor:
         )
         if self.forkserver is not None:
             self.forkserver.close()
+        self.wiring.remove()  # every role is gone: nothing dials or serves these sockets
         self.progress = read_progress(self.folder.status)
         self.record_curve()
         self.write_state()
@@ -390,7 +393,8 @@ class Supervisor:
             "forkserver_pid": self.forkserver.pid if self.forkserver is not None else None,
             "started": self.started,
             "elapsed": self.elapsed(),
-            "ports": self.ports,
+            **self.wiring.state(),
+            "addresses": {name: a.connect for name, a in sorted(self.addresses.items())},
             "state_write_failures": self.state_write_failures,
             "env_steps": self.progress.env_steps,
             "learner_iteration": self.progress.learner_iteration,
@@ -472,7 +476,7 @@ def budget_note(exp: Experiment, *, detach: bool) -> str:
 def supervise(
     exp: Experiment,
     folder: ExperimentFolder,
-    ports: dict[str, int],
+    wiring: Wiring,
     *,
     elapsed_before: float = 0.0,
     tick: Callable[[Supervisor], None] | None = None,
@@ -483,7 +487,7 @@ def supervise(
     Everything the run writes is closed to other users (`private_files`).
     """
 
-    sup = Supervisor(exp, exp.topology, folder, ports)
+    sup = Supervisor(exp, exp.topology, folder, wiring)
     sup.elapsed_before = elapsed_before
     previous = {s: signal.signal(s, sup.request_stop) for s in (signal.SIGINT, signal.SIGTERM)}
     with private_files():

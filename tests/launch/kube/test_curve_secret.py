@@ -11,9 +11,9 @@ import kubernetes_validate
 import pytest
 
 from surreal_kube.comm import curve
+from surreal_kube.launch.keys import key_file_text
 from surreal_kube.launch.kube.render import curve as kube_curve
 from surreal_kube.launch.kube.render.objects import dump_objects, render_experiment
-from surreal_kube.launch.local.keys import key_file_text
 from tests.launch.kube.specs import IMAGES, MATRIX, experiment
 
 K8S_VERSION = "1.37.0"

@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
+from surreal_kube.launch.keys import KEY_FILE
 from surreal_kube.launch.kube.api.client import Kube, resource
 from surreal_kube.launch.kube.render import curve as kube_curve
-from surreal_kube.launch.local.keys import KEY_FILE
 from tests.operator.support import IMAGE_ARGS, TINY, profile_file, sk
 
 pytestmark = pytest.mark.cluster

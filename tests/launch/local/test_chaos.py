@@ -32,9 +32,16 @@ import pytest
 
 from surreal_kube.launch.local.backend import pid_alive
 from surreal_kube.launch.local.orphans import is_role_of
-from surreal_kube.launch.local.ports import port_is_free
 from tests.launch.local.test_clock_step import SITECUSTOMIZE, STEP
-from tests.launch.local.test_local_experiment import SK, SMALL, sk, state_of, status_of, wait_for
+from tests.launch.local.test_local_experiment import (
+    SK,
+    SMALL,
+    released,
+    sk,
+    state_of,
+    status_of,
+    wait_for,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -222,4 +229,4 @@ def test_random_kills_stops_and_a_clock_step_end_the_run_once_with_results(
     # nothing left: not a role, not the fork server, not the supervisor, not a port
     assert not [p for p in pids if p and pid_alive(p)], context
     assert not processes_of(folder), context
-    assert all(port_is_free(int(p)) for p in state["ports"].values()), context
+    assert released(state), context

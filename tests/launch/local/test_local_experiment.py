@@ -1,4 +1,4 @@
-"""Whole local experiments with the real roles: real processes, ZeroMQ on 127.0.0.1, gymnasium.
+"""Whole local experiments with the real roles: real processes, ZeroMQ on Unix sockets, gymnasium.
 
 One experiment carries the fault tests in sequence (agent, replay and learner killed with SIGKILL)
 and then runs to its budget; a second pair runs side by side. These take minutes on two cores, so
@@ -11,6 +11,7 @@ import json
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -58,6 +59,26 @@ def status_of(folder: Path, process: str) -> dict[str, Any]:
 
 def state_of(folder: Path) -> dict[str, Any]:
     return read_json(folder / "state.json") or {}
+
+
+def listening(state: dict[str, Any]) -> list[str]:
+    """The endpoints of a run's state that something still listens on."""
+    busy = [name for name, p in state["ports"].items() if not port_is_free(int(p))]
+    for name, address in state["addresses"].items():
+        if address.startswith("ipc://"):
+            with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+                try:
+                    s.connect(address.removeprefix("ipc://"))
+                except (FileNotFoundError, ConnectionRefusedError):
+                    continue
+                busy.append(name)
+    return busy
+
+
+def released(state: dict[str, Any]) -> bool:
+    """Whether a stopped run let go of its endpoints: nothing listens on them and the folder
+    of its Unix sockets is gone (launch/local/sockets.py)."""
+    return not listening(state) and not Path(state["sockets"]).exists()
 
 
 def experiment_pids(state: dict[str, Any]) -> list[int]:
@@ -143,7 +164,7 @@ def test_ppo_experiment_survives_faults_and_runs_to_budget(tmp_path: Path) -> No
     assert summary["restarts"]["learner"] >= 1
     time.sleep(0.5)
     assert not any(pid_alive(p) for p in experiment_pids(state))
-    assert all(port_is_free(int(p)) for p in state["ports"].values())
+    assert released(state)
 
 
 def check_finished_experiment(folder: Path, budget: int) -> None:
@@ -167,7 +188,7 @@ def check_finished_experiment(folder: Path, budget: int) -> None:
     assert (folder / "results" / "learning_curve.png").stat().st_size > 5000
     # nothing left behind
     assert not any(pid_alive(p) for p in experiment_pids(state))
-    assert all(port_is_free(int(p)) for p in state["ports"].values())
+    assert released(state)
 
 
 def test_two_experiments_side_by_side_and_bad_input(tmp_path: Path) -> None:
@@ -185,6 +206,7 @@ def test_two_experiments_side_by_side_and_bad_input(tmp_path: Path) -> None:
         assert "is already running" in res.stderr
         states = [state_of(root / n) for n in names]
         assert not set(states[0]["ports"].values()) & set(states[1]["ports"].values())
+        assert states[0]["sockets"] != states[1]["sockets"]
         for name in names:
             wait_for(f"{name} to finish", lambda n=name: state_of(root / n).get("phase") == "Succeeded",
                      timeout=400)
@@ -273,4 +295,4 @@ def test_foreground_view_and_ctrl_c_stop_cleanly(tmp_path: Path) -> None:
     state = state_of(folder)
     assert state["phase"] == "Stopped"
     assert not any(pid_alive(p) for p in experiment_pids(state))
-    assert all(port_is_free(int(p)) for p in state["ports"].values())
+    assert released(state)

@@ -18,8 +18,8 @@ import pytest
 from surreal_kube.launch.local import backend
 from surreal_kube.launch.local.folder import read_json, write_json_atomic
 from surreal_kube.launch.local.orphans import is_role_of, lost_view, stop_leftovers
-from surreal_kube.launch.local.ports import port_is_free
 from surreal_kube.runtime.lifecycle import ORPHAN_GRACE
+from tests.launch.local.test_local_experiment import listening, released
 from tests.processes import kill_group, running
 
 SK = [sys.executable, "-m", "surreal_kube.cli.main"]
@@ -115,7 +115,8 @@ def test_killed_supervisor_leaves_no_role_running(tmp_path: Path) -> None:
                 time.sleep(0.2)
             left = [n for n, p in state["processes"].items() if not _gone(p["pid"])]
             assert not left, f"still running {bound:.0f}s after the supervisor died: {left}"
-            assert all(port_is_free(int(p)) for p in state["ports"].values())
+            # nothing listens on its endpoints; the folder of its sockets stays until delete
+            assert not listening(state) and Path(state["sockets"]).is_dir()
 
             found = backend.find("exp-orphan", root)
             assert found.phase == "Lost"
@@ -123,6 +124,8 @@ def test_killed_supervisor_leaves_no_role_running(tmp_path: Path) -> None:
             assert found.state["env_steps"] > 0
             learner = read_json(folder / "status" / "learner.json")
             assert learner["state"] == "stopped"  # stopped cleanly, as on SIGTERM
+            backend.delete("exp-orphan", root, keep_files=True)
+            assert released(state)  # delete removed what the killed supervisor left
         finally:
             for info in (read_json(folder / "state.json") or {}).get("processes", {}).values():
                 if info.get("pid") and backend.pid_alive(info["pid"]):

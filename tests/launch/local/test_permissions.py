@@ -29,7 +29,8 @@ def test_create_writes_a_folder_closed_to_other_users(tmp_path: Path) -> None:
     before = os.umask(0o022)  # a usual login umask
     try:
         exp = resolve_experiment("perm", sets=["env.id=gym:CartPole-v1"])
-        _, folder, _, _ = backend.prepare(exp, root=tmp_path)
+        _, folder, wiring, _ = backend.prepare(exp, root=tmp_path)
+        wiring.remove()  # no run follows: its socket folder may be outside tmp_path
         assert os.umask(0o022) == 0o022  # prepare leaves the caller's umask as it was
     finally:
         os.umask(before)
@@ -43,7 +44,8 @@ def test_an_existing_open_folder_is_closed_again(tmp_path: Path) -> None:
     exp = resolve_experiment("perm", sets=["env.id=gym:CartPole-v1"])
     (tmp_path / "perm").mkdir(mode=0o755)
     (tmp_path / "perm").chmod(0o755)
-    _, folder, _, _ = backend.prepare(exp, root=tmp_path)
+    _, folder, wiring, _ = backend.prepare(exp, root=tmp_path)
+    wiring.remove()
     assert stat.S_IMODE(folder.path.stat().st_mode) == 0o700
 
 

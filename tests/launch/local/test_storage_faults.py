@@ -16,7 +16,6 @@ from pathlib import Path
 
 import pytest
 
-from surreal_kube.comm import curve
 from surreal_kube.comm.parameters import ParameterClient
 from surreal_kube.launch.local.backend import pid_alive
 from surreal_kube.launch.local.progress import read_progress
@@ -83,10 +82,8 @@ def test_a_run_survives_a_corrupt_checkpoint_and_a_full_disk(tmp_path: Path) -> 
                 return state if started and state["supervisor_pid"] != first_supervisor else None
 
             state = wait_for("every process of the resumed run started", resumed_state)
-            # the run's sockets are CURVE sockets: this client is one of the experiment's peers
-            before = curve.installed()
-            curve.install_from(folder / curve.KEY_FILE)
-            client = ParameterClient(f"tcp://127.0.0.1:{state['ports']['ps-serve']}", timeout=2.0)
+            # the run's sockets are Unix sockets in its private folder: this process is its user's
+            client = ParameterClient(state["addresses"]["ps-serve"], timeout=2.0)
             try:
                 start = wait_for("published parameters", lambda: published_iteration(client) + 1)
                 fill(root)
@@ -101,7 +98,6 @@ def test_a_run_survives_a_corrupt_checkpoint_and_a_full_disk(tmp_path: Path) -> 
                     assert pid_alive(pids[name]), f"{name} died on the full disk"
             finally:
                 client.close()
-                curve.install(before)
                 free(root)
             wait_for("the skipped saves counted", lambda: (
                 status_of(folder, "learner").get("extra", {}).get("checkpoint", {})

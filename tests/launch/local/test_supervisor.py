@@ -20,6 +20,7 @@ from surreal_kube.launch.local.ports import (
     port_is_free,
     ports_in_use_by_experiments,
 )
+from surreal_kube.launch.local.sockets import Wiring
 
 
 class ShellSupervisor(sv.Supervisor):
@@ -37,8 +38,7 @@ def make(tmp_path: Path, sets: list[str], commands: dict[str, list[str]]) -> She
     topo = exp.topology
     folder = ExperimentFolder(tmp_path / "sup")
     folder.create()
-    ports = allocate_ports(sorted(topo.binders), set())
-    sup = ShellSupervisor(exp, topo, folder, ports)
+    sup = ShellSupervisor(exp, topo, folder, Wiring.plan(folder.path, topo, set()))
     sup.commands = commands
     return sup
 
@@ -98,14 +98,15 @@ def test_stop_leaves_no_process_and_frees_ports(tmp_path: Path) -> None:
         sv.STOP_GRACE = monkey_grace
     time.sleep(0.2)
     assert not any(alive(p) for p in pids + grandchildren)
-    assert all(port_is_free(p) for p in sup.ports.values())
+    assert all(port_is_free(p) for p in sup.wiring.ports.values())
+    assert not sup.wiring.sockets.exists()  # the run's socket folder went with it
 
 
 def test_environment_has_the_topology_and_single_threaded_math(tmp_path: Path) -> None:
     sup = make(tmp_path, [], {})
     env = sup.environment(sup.topology.process("agents-1"))
     assert env["SURREAL_ROLE"] == "agents" and env["SURREAL_INDEX"] == "1"
-    assert env["SURREAL_PS_SERVE_ADDR"] == f"tcp://127.0.0.1:{sup.ports['ps-serve']}"
+    assert env["SURREAL_PS_SERVE_ADDR"] == f"ipc://{sup.wiring.sockets}/ps-serve"
     assert env["SURREAL_CONFIG"] == str(sup.folder.config)
     assert env["OMP_NUM_THREADS"] == "1"
     assert sup.command(sup.topology.process("learner")) == ["sleep", "60"]
@@ -133,7 +134,7 @@ def test_a_full_disk_does_not_end_the_supervisor_and_the_state_is_written_again(
         topo = exp.topology
         folder = ExperimentFolder(fs / "sup")
         folder.create()
-        sup = ShellSupervisor(exp, topo, folder, allocate_ports(sorted(topo.binders), set()))
+        sup = ShellSupervisor(exp, topo, folder, Wiring.plan(folder.path, topo, set()))
         sup.commands = {}
         sup.start()
         try:

@@ -17,6 +17,7 @@ import contextlib
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from surreal_kube.launch.keys import KEY_FILE, key_file_text
 from surreal_kube.launch.kube import naming
 from surreal_kube.launch.kube.api.client import ConflictError, Kube, resource
 from surreal_kube.launch.kube.render.curve import (
@@ -25,7 +26,6 @@ from surreal_kube.launch.kube.render.curve import (
     with_curve_mounts,
     with_curve_secret,
 )
-from surreal_kube.launch.local.keys import KEY_FILE, key_file_text
 
 __all__ = ["existing_key", "key_file_text", "keyed", "keyed_by_operator"]
 

@@ -8,7 +8,7 @@ one of the experiment's, even one inside the NetworkPolicy, is refused at the ha
 Secret, and to every pod template of a Deployment or StatefulSet the Secret's volume (read-only,
 0400; the kubelet adds group read for the pod's fsGroup, which is the role's own group), its mount
 in every container and the variable. The rendering stays deterministic for a given key: the key
-is an argument, generated once per experiment by the caller (`launch.local.keys.key_file_text`)
+is an argument, generated once per experiment by the caller (`launch.keys.key_file_text`)
 and read back from the existing Secret on every later apply or reconcile. The Secret is
 `immutable`: an apply that would change the key under running pods is refused by the API server
 rather than splitting the experiment into two halves that refuse each other.
@@ -21,9 +21,9 @@ import copy
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from surreal_kube.launch.keys import KEY_FILE
 from surreal_kube.launch.kube import naming
 from surreal_kube.launch.kube.render.ownership import owner_reference
-from surreal_kube.launch.local.keys import KEY_FILE
 
 KEYS_DIR = "/var/run/secrets/surreal.ai/curve"
 KEYS_PATH = f"{KEYS_DIR}/{KEY_FILE}"
@@ -46,7 +46,7 @@ def curve_secret(
     labels: Mapping[str, str] | None = None,
     owner: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """The Secret holding the key file (`launch.local.keys` format) of `experiment`."""
+    """The Secret holding the key file (`launch.keys` format) of `experiment`."""
     metadata: dict[str, Any] = {
         "name": secret_name(experiment),
         "namespace": namespace,

@@ -1,14 +1,14 @@
-"""The experiment's CURVE keys on this machine: a 0600 file in the experiment's 0700 folder.
+"""An experiment's CURVE key file: its format, and the one writer of it.
 
-Every role of a local experiment finds the file in its experiment folder
-(`runtime.context.RoleContext.curve_key_file`) and makes all its sockets CURVE sockets with it
-(`comm.curve`): another user of the machine can reach our 127.0.0.1 ports but cannot read the
-key, so the handshake refuses them. A fresh keypair per create: a leftover process of an earlier
-run of the same name holds the old key and cannot talk to the new run either.
+On Kubernetes the renderer puts a fresh keypair (`key_file_text`) into the experiment's Secret,
+mounted read-only into every pod, and every role makes its sockets CURVE sockets with it
+(`comm.curve`): other pods share the network. A local run writes no key file: its sockets are
+Unix sockets in a folder only its user can enter (`launch/local/sockets.py`). `write_keys`
+writes the file where a process is to find it beside the experiment folder (the runtime tests'
+harness, which talks TCP as pods do, and the benchmarks).
 
 `launch` may not import `comm` (backends start roles as commands), so the file's format is
-written here and read by `comm.curve.load_key_file`; a test checks that the two agree. The
-Kubernetes renderer puts the same text into the experiment's Secret (`key_file_text`).
+written here and read by `comm.curve.load_key_file`; a test checks that the two agree.
 """
 
 from __future__ import annotations
