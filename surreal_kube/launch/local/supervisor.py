@@ -285,8 +285,9 @@ class Supervisor:
     def run(self, tick: Callable[[Supervisor], None] | None = None, period: float = 1.0) -> str:
         """Supervise until the budget is reached, a stop is requested or the learner fails.
 
-        Leaves `phase` at "Stopping" with the final phase in `final_phase`: the final phase is
-        only published once the processes are stopped and the results written (`finish`).
+        Leaves `phase` at "Stopping" (written, with the reason) with the final phase in
+        `final_phase`: the final phase is only published once the processes are stopped and the
+        results written (`finish`).
         """
         while not self.stop_requested:
             self.poll()
@@ -303,6 +304,9 @@ class Supervisor:
             self.final_phase = "Stopped"
             self.reason = self.reason or "stopped by request"
         self.phase = "Stopping"
+        # said at once: stopping takes a while (checkpoints, a final evaluation of up to
+        # FINAL_EVAL_TIMEOUT), and `status` showed Running, without the reason, until it ended
+        self.write_state()
         return self.reason
 
     def finish(self) -> None:

@@ -50,7 +50,10 @@ def test_crashed_process_is_restarted_with_backoff_and_counted(tmp_path: Path) -
     sup.start()
     try:
         sup.run(period=0.2)
-        assert read_json(sup.folder.state)["phase"] == "Running"  # not final before the stop
+        # said as soon as it is decided (before: Running until every process had stopped),
+        # with its reason; not final before the stop
+        stopping = read_json(sup.folder.state)
+        assert (stopping["phase"], stopping["reason"]) == ("Stopping", "reached 5 s of wall time")
     finally:
         sup.stop()
     assert read_json(sup.folder.state)["phase"] == "Stopping"
