@@ -5,9 +5,10 @@ folder made fresh for each run (0700). The kernel refuses `connect` to a socket 
 caller may not search, before a byte is exchanged: another user of the machine cannot reach a
 single endpoint, whatever the socket file's own mode. That is what CURVE was doing over
 127.0.0.1 TCP, where every user reaches every port, at the price of encrypting each frame
-(`bench/comm.py`: 0.66 of plain TCP on the experience path, 0.54 on the 1 MB broadcast; the
-pyzmq wheel's libsodium is the ceiling). Here the check is made once, at `connect`, and costs
-nothing per message. A process of the same user gains nothing from CURVE either: it may read a
+(the comm rows of docs/benchmarks.md: CURVE about two thirds of plain TCP's speed on the
+experience path and the 1 MB broadcast; the pyzmq wheel's libsodium is the ceiling). Here the
+check is made once, at `connect`, and costs nothing per message: Unix sockets are faster than
+plain TCP on both paths. A process of the same user gains nothing from CURVE either: it may read a
 key file and ptrace the roles. So a local run writes no key file; on Kubernetes, where other
 pods share the network, every socket stays TCP with CURVE (`launch/kube/render/curve.py`).
 
