@@ -13,14 +13,15 @@
   PUB -> ps shard -> ps proxy -> 8 `ParameterClient`s fetching by hash). Reference: raw PUB of the
   same megabyte to 8 SUB sockets.
 - Closed to strangers (issue 25; goal: at most 10 % slower than the same path open to all):
-  the experience and parameter paths again as a local run wires them, Unix sockets in the run's
-  private folder (`launch/local/sockets.py`), and as pods talk, TCP with every socket a CURVE
-  socket (the experiment's keypair, `comm.curve`), each against the same path on plain TCP in
-  the same run. Those paths run flat out, far above what agents send; the main job shows the
-  price where it runs: the agents' env steps/s of `make run`'s experiment (PPO Ant-v5, 2 agents,
-  1 eval, local) over a window after its first update as created (Unix sockets), against the
-  same experiment wired as before them (every endpoint a 127.0.0.1 port, CURVE with a key file
-  in the folder: no command makes that, the benchmark does), runs alternated.
+  the experience, sampling and parameter paths again as a local run wires them, Unix sockets in
+  the run's private folder (`launch/local/sockets.py`), and as pods talk, TCP with CURVE (the
+  experiment's keypair, `comm.curve`) on every socket but the hops inside one pod (a service to
+  its shards, on the pod's loopback), each against the same path on plain TCP in the same run.
+  Those paths run flat out, far above what agents send; the main job shows the price where it
+  runs: the agents' env steps/s of `make run`'s experiment (PPO Ant-v5, 2 agents, 1 eval,
+  local) over a window after its first update as created (Unix sockets), against the same
+  experiment wired as before them (every endpoint a 127.0.0.1 port, CURVE with a key file in
+  the folder: no command makes that, the benchmark does), runs alternated.
 
 Every party runs in its own process (agents: 8 client threads in one process), as in a local
 experiment. Writes bench/results/comm.json.
@@ -366,7 +367,7 @@ def experience(mpc: Any, seconds: float, raw: bool, transport: str = "tcp") -> f
     return sum(r[0] for r in results) / max(r[1] for r in results)
 
 
-def sampling(mpc: Any, seconds: float, raw: bool) -> float:
+def sampling(mpc: Any, seconds: float, raw: bool, transport: str = "tcp") -> float:
     """Batches of SAMPLE_BATCH per second delivered to the learner side."""
     stop = mpc.Event()
     procs = []
@@ -391,7 +392,8 @@ def sampling(mpc: Any, seconds: float, raw: bool) -> float:
                     "samplesPerInsert": 0,  # the rate limiter off: sampling as fast as it goes
                 }
             }
-            envs = experiment_envs(Path(tmp), spec)
+            envs = experiment_envs(Path(tmp), spec, transport)
+            _install_keys(key_file(envs))  # this process: the agent's sender, the learner's side
             window, out, lb_stop = mpc.Event(), mpc.Queue(), mpc.Event()
             procs.append(_spawn(mpc, run_balancer, envs["replay"], lb_stop))
             ready = mpc.Queue()
@@ -430,6 +432,7 @@ def sampling(mpc: Any, seconds: float, raw: bool) -> float:
             sock.close(0)
         else:
             prefetcher.close()
+            _install_keys(None)
             for _ in shards:
                 out.get(timeout=30)
             lb_stop.set()
@@ -485,20 +488,6 @@ def parameters(mpc: Any, rounds: int, raw: bool, transport: str = "tcp") -> floa
             _install_keys(None)
         _join(procs)
     return statistics.median(a - p for a, p in zip(arrived, published, strict=True))
-
-
-def best_of(reps: int, measure: Any, better: str) -> tuple[float, float]:
-    """(ours, reference), each the best of `reps` runs taken alternately.
-
-    The machine is shared, so a run can be slowed by others; alternating and keeping each side's
-    best compares both at their least disturbed.
-    """
-    ours, ref = [], []
-    for _ in range(reps):
-        ours.append(measure(raw=False))
-        ref.append(measure(raw=True))
-    pick = max if better == "higher" else min
-    return pick(ours), pick(ref)
 
 
 def best_of_transports(reps: int, measure: Any, better: str) -> dict[str, float]:
@@ -591,7 +580,9 @@ def main() -> None:
     exp = best_of_transports(
         reps, lambda raw, transport: experience(mpc, seconds, raw, transport), "higher"
     )
-    smp = best_of(reps, lambda raw: sampling(mpc, seconds, raw), "higher")
+    smp = best_of_transports(
+        reps, lambda raw, transport: sampling(mpc, seconds, raw, transport), "higher"
+    )
     par = best_of_transports(
         reps, lambda raw, transport: parameters(mpc, rounds, raw, transport), "lower"
     )
@@ -606,7 +597,8 @@ def main() -> None:
         ),
         Row(
             f"sampling: batches of {SAMPLE_BATCH} delivered by the prefetcher",
-            *smp,
+            smp["tcp"],
+            smp["raw"],
             "batches/s",
             "higher",
         ),
@@ -633,6 +625,13 @@ def main() -> None:
             "lower",
         ),
         Row(
+            f"sampling on local Unix sockets: batches of {SAMPLE_BATCH} (reference: plain TCP)",
+            smp["ipc"],
+            smp["tcp"],
+            "batches/s",
+            "higher",
+        ),
+        Row(
             "experience on TCP with CURVE, as pods talk (reference: plain TCP)",
             exp["curve"],
             exp["tcp"],
@@ -648,6 +647,13 @@ def main() -> None:
             "lower",
         ),
         Row(
+            f"sampling on TCP with CURVE: batches of {SAMPLE_BATCH} (reference: plain TCP)",
+            smp["curve"],
+            smp["tcp"],
+            "batches/s",
+            "higher",
+        ),
+        Row(
             "main job (PPO Ant-v5, 2 agents, local) env steps/s as created, Unix sockets "
             "(reference: TCP with CURVE, as before)",
             *job,
@@ -656,10 +662,10 @@ def main() -> None:
         ),
     ]
     print_table("comm", rows)
-    for label, (e, b) in {"local Unix sockets": rows[3:5], "TCP with CURVE": rows[5:7]}.items():
+    for label, (e, b, m) in {"local Unix sockets": rows[3:6], "TCP with CURVE": rows[6:9]}.items():
         print(
-            f"{label}: experience {e.ratio:.2f}, 1 MB broadcast {b.ratio:.2f} of plain TCP "
-            "(goal: >= 0.90)"
+            f"{label}: experience {e.ratio:.2f}, 1 MB broadcast {b.ratio:.2f}, sampling "
+            f"{m.ratio:.2f} of plain TCP (goal: >= 0.90)"
         )
     print(f"the main job as created steps at {rows[-1].ratio:.2f} of its speed wired as before")
     path = write_results("comm", rows)

@@ -28,6 +28,14 @@ a URL (both leak into process listings, `kubectl describe` and logs), and never 
 hides its secret in its repr. A process that installed no keys (`install(None)`, the default) makes
 plain sockets, as before: tests and tools that talk to no experiment need no keys.
 
+Hops inside one pod stay plain. An endpoint whose every peer shares its binder's pod (a shard
+behind its service's proxy: `ps-backend`, `replay-sampler-backend`; `experiment.topology` names
+them per process) binds on the pod's loopback, which only the pod's own containers reach: a
+stranger is refused by the network namespace, before any handshake, so CURVE there would only
+encrypt frames between processes that share everything else. The role declares such addresses
+(`pod_private`) and their sockets are plain. They carry the heaviest frames (every fetch's
+parameters, every sampled batch, once more): measured in `bench/comm.py`'s CURVE rows.
+
 MAXMSGSIZE: libzmq checks it against the encrypted frame, 33 bytes longer than the plain one
 (`FRAME_OVERHEAD`), so `max_msg_bytes` adds them: a role accepts encrypted exactly what it
 accepted in plain text.
@@ -119,7 +127,9 @@ def load_key_file(path: str | Path, *, private: bool = True) -> CurveKeys:
 
 
 _installed: CurveKeys | None = None
+_pod_private: set[str] = set()
 _lock = threading.Lock()
+LOOPBACK = ("tcp://127.0.0.1:", "tcp://[::1]:", "ipc://", "inproc://")
 _authenticators: dict[tuple[int, int], tuple[Any, _ZapHandler]] = {}
 """(pid, id(context)) -> (context, its ZAP handler): one per context, started with the first
 server socket; keyed by pid too because a forked child inherits the dict but not the thread."""
@@ -127,15 +137,36 @@ server socket; keyed by pid too because a forked child inherits the dict but not
 
 def install(keys: CurveKeys | None) -> None:
     """Make every socket `comm.sockets.make_socket` creates from now on in this process a CURVE
-    socket with `keys` (None: plain sockets). A role calls it once at start, before any socket."""
+    socket with `keys` (None: plain sockets). A role calls it once at start, before any socket
+    and before it declares its pod-private addresses: it forgets those declared before."""
     global _installed
     with _lock:
         _installed = keys  # the ZAP handlers read it at each handshake
+        _pod_private.clear()
 
 
 def installed() -> CurveKeys | None:
     """The keys sockets are made with (None: plain sockets)."""
     return _installed
+
+
+def pod_private(address: str) -> None:
+    """Declare `address` one that only this pod's processes reach: sockets bound or connected to
+    it stay plain. Only loopback addresses qualify (anything else is reachable from outside
+    the pod, and staying plain there would open the experiment): others raise ValueError."""
+    if not address.startswith(LOOPBACK):
+        raise ValueError(
+            f"{address!r} is not a loopback address; only an endpoint on the pod's loopback "
+            f"({', '.join(LOOPBACK)}...) may skip CURVE"
+        )
+    with _lock:
+        _pod_private.add(address)
+
+
+def secures(address: str | None) -> bool:
+    """Whether a socket bound or connected to `address` is a CURVE socket: keys installed, and
+    not an address declared `pod_private`."""
+    return _installed is not None and address not in _pod_private
 
 
 ZAP_ADDR = "inproc://zeromq.zap.01"
@@ -209,11 +240,13 @@ def _ensure_authenticator(ctx: zmq.Context[Any]) -> None:
         _authenticators[key] = (ctx, _ZapHandler(ctx))
 
 
-def configure(sock: zmq.Socket[Any], *, server: bool, ctx: zmq.Context[Any]) -> None:
-    """Make `sock` (not yet bound or connected) a CURVE server or client with the installed
-    keys; nothing when none are installed."""
+def configure(
+    sock: zmq.Socket[Any], *, server: bool, ctx: zmq.Context[Any], address: str | None = None
+) -> None:
+    """Make `sock` (not yet bound or connected to `address`) a CURVE server or client with the
+    installed keys; nothing when none are installed or the address is pod-private."""
     keys = _installed
-    if keys is None:
+    if keys is None or not secures(address):
         return
     if server:
         _ensure_authenticator(ctx)
@@ -227,9 +260,10 @@ def configure(sock: zmq.Socket[Any], *, server: bool, ctx: zmq.Context[Any]) -> 
         sock.setsockopt(zmq.CURVE_SECRETKEY, keys.secret)
 
 
-def max_msg_bytes(limit: int) -> int:
-    """`limit` as ZeroMQ must be told it: with keys installed, plus the encryption overhead."""
-    return limit + FRAME_OVERHEAD if _installed is not None else limit
+def max_msg_bytes(limit: int, address: str | None = None) -> int:
+    """`limit` as ZeroMQ must be told it for a socket on `address`: on a CURVE socket, plus the
+    encryption overhead."""
+    return limit + FRAME_OVERHEAD if secures(address) else limit
 
 
 def install_from(path: str | Path | None, *, private: bool = True) -> CurveKeys | None:

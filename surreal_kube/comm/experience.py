@@ -293,6 +293,7 @@ class ExperienceReceiver:
             rcvhwm=hwm,
             max_msg_bytes=max(max_bytes, wire.MAX_HEADER_BYTES),
             curve_server=True,  # bound below
+            address=bind,
         )
         self.sock.setsockopt(zmq.RCVBUF, buffer_bytes)
         try:

@@ -254,6 +254,7 @@ class SampleServer:
             sndhwm=1024,
             rcvhwm=1024,
             max_msg_bytes=max(max_bytes, wire.MAX_HEADER_BYTES),
+            address=addr,  # connected below
         )
         if wait_connected > 0:
             self.connected = connect_and_wait(self.sock, addr, wait_connected)

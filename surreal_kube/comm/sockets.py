@@ -9,7 +9,8 @@ queued for peers that are not connected, so a dead peer shows up as a send timeo
 silently growing queue). Sockets are not thread-safe: each is used by the thread that made it.
 
 Once a role installed its experiment's keys (`comm.curve.install`), every socket made here is a
-CURVE socket: a server when it binds, a client when it connects (see `comm.curve`).
+CURVE socket: a server when it binds, a client when it connects, unless its address was declared
+pod-private (see `comm.curve`).
 """
 
 from __future__ import annotations
@@ -46,6 +47,7 @@ def make_socket(
     max_msg_bytes: int | None = None,
     ctx: zmq.Context[zmq.Socket[bytes]] | None = None,
     curve_server: bool | None = None,
+    address: str | None = None,
 ) -> zmq.Socket[bytes]:
     """A socket with our defaults, bound or connected to one address.
 
@@ -59,7 +61,9 @@ def make_socket(
     together would otherwise knock again in lockstep.
 
     `curve_server`: whether this socket is the CURVE server of its connections (default: when
-    it binds here); give True for a socket bound later. Only used once keys are installed."""
+    it binds here); give True for a socket bound later. Only used once keys are installed.
+    `address`: where a socket made without `bind` or `connect` will be bound or connected later;
+    whether it is a CURVE socket depends on it (a pod-private address: plain)."""
     the_ctx = ctx or context()
     sock: zmq.Socket[bytes] = the_ctx.socket(kind)
     sock.setsockopt(zmq.LINGER, linger_ms)
@@ -71,17 +75,21 @@ def make_socket(
         sock.setsockopt(zmq.RCVTIMEO, rcvtimeo_ms)
     if immediate:
         sock.setsockopt(zmq.IMMEDIATE, 1)
+    address = bind if bind is not None else connect if connect is not None else address
     if max_msg_bytes is not None:
         if max_msg_bytes < 1:
             raise ValueError(f"max_msg_bytes must be >= 1, got {max_msg_bytes}")
-        sock.setsockopt(zmq.MAXMSGSIZE, curve.max_msg_bytes(max_msg_bytes))
+        sock.setsockopt(zmq.MAXMSGSIZE, curve.max_msg_bytes(max_msg_bytes, address))
     sock.setsockopt(
         zmq.RECONNECT_IVL, 100 + random.randint(-RECONNECT_JITTER_MS, RECONNECT_JITTER_MS)
     )
     sock.setsockopt(zmq.RECONNECT_IVL_MAX, max(reconnect_max_ms, 100))
     try:
         curve.configure(
-            sock, server=bind is not None if curve_server is None else curve_server, ctx=the_ctx
+            sock,
+            server=bind is not None if curve_server is None else curve_server,
+            ctx=the_ctx,
+            address=address,
         )
         if bind is not None:
             sock.bind(bind)

@@ -75,6 +75,10 @@ ENDPOINTS: dict[str, Endpoint] = {
     )
 }
 
+POD_ENDPOINTS_VAR = f"{ENV_PREFIX}POD_ENDPOINTS"
+"""Names the endpoints of a process that stay inside its pod (scope `pod` in this graph): their
+sockets need no CURVE, since nothing outside the pod reaches the pod's loopback (`comm.curve`)."""
+
 SOCKET_PATH_MAX = 107
 """The longest path of a Unix socket (Linux's sun_path, 108 bytes with its NUL)."""
 
@@ -295,6 +299,9 @@ class Topology:
             env[endpoint(name).bind_var] = addresses[name].bind
         for name in process.connects:
             env[endpoint(name).addr_var] = addresses[name].connect
+        private = [n for n in (*process.binds, *process.connects) if self.scope(n) == "pod"]
+        if private:
+            env[POD_ENDPOINTS_VAR] = ",".join(private)
         return env
 
 

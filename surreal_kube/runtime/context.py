@@ -12,6 +12,8 @@
     SURREAL_EXPERIMENT_DIR   folder holding logs/, tensorboard/, checkpoints/, status/
     SURREAL_<ENDPOINT>_BIND  for each endpoint this process binds (e.g. SURREAL_PS_SERVE_BIND)
     SURREAL_<ENDPOINT>_ADDR  for each endpoint it connects to
+    SURREAL_POD_ENDPOINTS    endpoints of this process that stay inside its pod (comma-separated):
+                             their sockets skip CURVE (see `comm.curve`)
     SURREAL_CURVE_KEYS       path of the experiment's CURVE key file (a Secret's mount on
                              Kubernetes); if absent, `<SURREAL_EXPERIMENT_DIR>/curve.key` when
                              that exists (the local backend writes it). The path only: keys are
@@ -32,6 +34,7 @@ from pathlib import Path
 from surreal_kube.comm import curve
 from surreal_kube.errors import RuntimeRoleError
 from surreal_kube.experiment.spec import Experiment, ExperimentSpec
+from surreal_kube.experiment.topology import POD_ENDPOINTS_VAR
 
 PREFIX = "SURREAL_"
 
@@ -186,7 +189,19 @@ class RoleContext:
             raise RuntimeRoleError(
                 f"{self.process} {verb} {endpoint!r} but {var} is not set in its environment"
             )
+        if endpoint in self.pod_endpoints:
+            try:
+                curve.pod_private(value)
+            except ValueError as exc:
+                raise RuntimeRoleError(f"{self.process}: {var}: {exc}") from None
         return value
+
+    @cached_property
+    def pod_endpoints(self) -> frozenset[str]:
+        """This process's endpoints that stay inside its pod (SURREAL_POD_ENDPOINTS): their
+        sockets are plain, even with keys installed (`comm.curve`)."""
+        raw = self.env.get(POD_ENDPOINTS_VAR, "")
+        return frozenset(n for n in raw.split(",") if n)
 
     @property
     def agent_ids(self) -> tuple[int, ...]:

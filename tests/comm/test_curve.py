@@ -12,7 +12,7 @@ import pytest
 import zmq
 
 from surreal_kube.comm import curve
-from surreal_kube.comm.sockets import bind_any_port, context, make_socket
+from surreal_kube.comm.sockets import bind_any_port, bound_address, context, make_socket
 from surreal_kube.errors import RuntimeRoleError
 from surreal_kube.launch.keys import write_keys
 from surreal_kube.runtime.context import RoleContext
@@ -162,6 +162,55 @@ def test_maxmsgsize_keeps_its_meaning_under_curve(keys: curve.CurveKeys) -> None
     assert pull.poll(0) == 0
     for s in (events, push, pull):
         s.close(0)
+
+
+def test_a_pod_private_address_is_plain_and_only_loopback_may_be(keys: curve.CurveKeys) -> None:
+    """Issue 25 item 2: a hop inside one pod (its loopback) skips CURVE, every other socket of
+    the process keeps it; an address other pods could reach is never let off."""
+    wildcard = "tcp://127.0.0.1:*"
+    curve.pod_private(wildcard)
+    assert not curve.secures(wildcard) and curve.secures("tcp://127.0.0.1:1")
+    inside = make_socket(zmq.PULL, bind=wildcard, max_msg_bytes=100)
+    addr = bound_address(inside)
+    assert inside.getsockopt(zmq.MAXMSGSIZE) == 100  # no encryption overhead to allow for
+    monitor = inside.get_monitor_socket(HANDSHAKE_FAILED | zmq.EVENT_HANDSHAKE_SUCCEEDED)
+    plain = _raw_push(addr)  # another container of the pod, keys or not
+    plain.send(b"batch")
+    assert _next_event(monitor) == zmq.EVENT_HANDSHAKE_SUCCEEDED
+    assert inside.poll(WAIT_MS) and inside.recv() == b"batch"
+    inside.disable_monitor()
+    for s in (plain, monitor, inside):
+        s.close(0)
+    curve.install(keys)  # a role's start: what was declared before is forgotten
+    assert curve.secures(wildcard)
+    guarded, guarded_addr, guarded_monitor = _server()  # a cluster endpoint: CURVE as before
+    stranger = _raw_push(guarded_addr)
+    assert _next_event(guarded_monitor) & HANDSHAKE_FAILED
+    guarded.disable_monitor()
+    for s in (stranger, guarded_monitor, guarded):
+        s.close(0)
+    for outside in ("tcp://0.0.0.0:7021", "tcp://10.0.0.7:7021", "tcp://exp-ps.ns.svc:7021"):
+        with pytest.raises(ValueError, match="not a loopback address"):
+            curve.pod_private(outside)
+        assert curve.secures(outside)
+
+
+def test_a_role_declares_its_pod_endpoints_and_refuses_one_off_loopback(
+    tmp_path: Path, keys: curve.CurveKeys
+) -> None:
+    env = _role_env(
+        tmp_path,
+        SURREAL_ROLE="ps",
+        SURREAL_POD_ENDPOINTS="ps-backend",
+        SURREAL_PS_BACKEND_BIND="tcp://127.0.0.1:7021",
+        SURREAL_PS_SERVE_BIND="tcp://0.0.0.0:7020",
+    )
+    ctx = RoleContext.from_env(env)
+    assert not curve.secures(ctx.bind("ps-backend"))
+    assert curve.secures(ctx.bind("ps-serve"))
+    wrong = RoleContext.from_env({**env, "SURREAL_PS_BACKEND_BIND": "tcp://0.0.0.0:7021"})
+    with pytest.raises(RuntimeRoleError, match=r"SURREAL_PS_BACKEND_BIND.*not a loopback"):
+        wrong.bind("ps-backend")
 
 
 def test_without_installed_keys_sockets_are_plain() -> None:

@@ -122,6 +122,7 @@ def test_environment_local(topo) -> None:
         "SURREAL_REPLAY_SAMPLER_BACKEND_BIND",
         "SURREAL_TENSORPLEX_ADDR",
         "SURREAL_LOGGERPLEX_ADDR",
+        "SURREAL_POD_ENDPOINTS",
     }
     shard = topo.environment(
         topo.process("replay-shard-1"), book, config_path="/c.yml", experiment_dir="/x"
@@ -243,3 +244,28 @@ def test_shards_as_pods_are_groups_of_their_own_and_their_backends_cluster_endpo
     one_pod = resolve_experiment("exp", sets=["replay.shards=3", "ps.shards=2"]).topology
     assert one_pod.scope("replay-sampler-backend") == "pod" == one_pod.scope("ps-backend")
     assert one_pod.addresses_kube("ns")["ps-backend"].bind == "tcp://127.0.0.1:7021"
+
+
+def test_each_process_is_told_which_of_its_endpoints_stay_in_its_pod() -> None:
+    """Issue 25 item 2: the hops between a service and its shards in one pod skip CURVE; the
+    process learns which they are from the graph, the same list on both ends of each hop, and
+    none once the shards are pods of their own (the hop crosses the network: CURVE again)."""
+    one_pod = resolve_experiment("exp", sets=["replay.shards=2", "ps.shards=2"]).topology
+    book = one_pod.addresses_kube("ns")
+
+    def pod_endpoints(topo, process: str) -> str | None:
+        env = topo.environment(topo.process(process), book, config_path="/c", experiment_dir="/x")
+        return env.get("SURREAL_POD_ENDPOINTS")
+
+    assert pod_endpoints(one_pod, "ps") == "ps-backend"
+    assert pod_endpoints(one_pod, "ps-shard-1") == "ps-backend"
+    assert pod_endpoints(one_pod, "replay") == "replay-sampler-backend"
+    assert pod_endpoints(one_pod, "replay-shard-0") == "replay-sampler-backend"
+    for process in ("learner", "agents-0", "evals-0", "tensorplex", "loggerplex"):
+        assert pod_endpoints(one_pod, process) is None, process
+    pods = resolve_experiment(
+        "exp", sets=["replay.shards=2", "replay.layout=pods", "ps.shards=2", "ps.layout=pods"]
+    ).topology
+    book = pods.addresses_kube("ns")
+    for process in ("ps", "ps-shard-1", "replay", "replay-shard-0"):
+        assert pod_endpoints(pods, process) is None, process

@@ -66,3 +66,73 @@ def test_loggerplex_refuses_a_peer_without_the_key_and_hears_one_with_it(tmp_pat
     finally:
         curve.install(before)
         run.close()
+
+
+def _handshake(kind: int, addr: str, **curve_options: bytes) -> int:
+    """The first handshake event of a hand-made socket of `kind` connected to `addr`."""
+    ctx = zmq.Context.instance()
+    sock = ctx.socket(kind)
+    sock.setsockopt(zmq.LINGER, 0)
+    for name, value in curve_options.items():
+        sock.setsockopt(getattr(zmq, name), value)
+    monitor = sock.get_monitor_socket(FAILED | zmq.EVENT_HANDSHAKE_SUCCEEDED)
+    try:
+        sock.connect(addr)
+        assert monitor.poll(10_000), f"no handshake event from {addr}"
+        return int(recv_monitor_message(monitor)["event"])
+    finally:
+        sock.disable_monitor()
+        monitor.close(0)
+        sock.close(0)
+
+
+def test_the_parameter_servers_in_pod_hop_is_plain_and_its_service_refuses_strangers(
+    local_run,
+) -> None:
+    """Issue 25 item 2 at its price: the hop between the parameter server's proxy and its
+    shard, which on Kubernetes is the pod's loopback (nothing outside the pod reaches it), is a
+    plain socket; the service other pods dial still refuses a peer without the key, and a
+    member agent fetches through both. Before, every frame of every fetch was encrypted and
+    decrypted once more on that hop."""
+    import numpy as np
+
+    from surreal_kube.comm.parameters import ParameterClient, ParameterPublisher
+    from surreal_kube.runtime.context import RoleContext
+
+    before = curve.installed()
+    run = local_run({"env": {"id": "gym:CartPole-v1"}})
+    keys = curve.load_key_file(write_keys(run.dir))
+    curve.install(keys)
+    publisher = client = None
+    try:
+        assert "ps-backend" in run.env("ps")["SURREAL_POD_ENDPOINTS"]
+        for name in ("ps", "ps-shard-0"):
+            run.start(name)
+        run.wait_log("ps-shard-0", "parameter", timeout=120)
+        learner = RoleContext.from_env(run.env("learner"), role="learner")
+        publisher = ParameterPublisher(learner.bind("parameter-publish"))
+        publisher.publish({"w": np.arange(4, dtype=np.float32)}, iteration=3)
+        client = ParameterClient(run.addr("ps-serve"), timeout=5.0)
+        deadline = time.monotonic() + 60
+        while client.info is None and time.monotonic() < deadline:
+            if client.fetch() is None:
+                time.sleep(0.1)
+        assert client.info is not None and client.info.iteration == 3
+        assert _handshake(zmq.ROUTER, run.addr("ps-backend")) == zmq.EVENT_HANDSHAKE_SUCCEEDED
+        stranger = _handshake(zmq.DEALER, run.addr("ps-serve"))
+        assert stranger & FAILED
+        own_public, own_secret = zmq.curve_keypair()
+        other = _handshake(
+            zmq.DEALER,
+            run.addr("ps-serve"),
+            CURVE_SERVERKEY=keys.public,
+            CURVE_PUBLICKEY=own_public,
+            CURVE_SECRETKEY=own_secret,
+        )
+        assert other & FAILED
+    finally:
+        if client is not None:
+            client.close()
+        if publisher is not None:
+            publisher.close()
+        curve.install(before)
