@@ -21,7 +21,8 @@
   runs: the agents' env steps/s of `make run`'s experiment (PPO Ant-v5, 2 agents, 1 eval,
   local) over a window after its first update as created (Unix sockets), against the same
   experiment wired as before them (every endpoint a 127.0.0.1 port, CURVE with a key file in
-  the folder: no command makes that, the benchmark does), runs alternated.
+  the folder: no command makes that, the benchmark does); and that TCP wiring with CURVE
+  against the same without it, the price of CURVE at the rates a run sends; runs alternated.
 
 Every party runs in its own process (agents: 8 client threads in one process), as in a local
 experiment. Writes bench/results/comm.json.
@@ -113,7 +114,9 @@ def experiment_envs(
 
         write_keys(root)
     topo = build_topology("bench", exp.spec)
-    ports = {e: free_port() for e in topo.binders}
+    from surreal_kube.launch.local.ports import allocate_ports
+
+    ports = allocate_ports(sorted(topo.binders), set())  # distinct: free_port() may repeat
     if transport == "ipc":
         (root / "s").mkdir(mode=0o700)
         book = topo.addresses_local(ports, socket_dir=str(root / "s"))
@@ -503,32 +506,38 @@ def best_of_transports(reps: int, measure: Any, better: str) -> dict[str, float]
 
 
 MAIN_JOB = ["--env", "gym:Ant-v5", "--num-agents", "2", "--num-evals", "1"]
-TCP_CURVE_CREATE = (
+TCP_CREATE = (
     "import sys\n"
     "from surreal_kube.launch.keys import write_keys\n"
     "from surreal_kube.launch.local import backend, sockets\n"
     "from surreal_kube.launch.local.ports import allocate_ports\n"
-    "def tcp(self, topology):  # every endpoint a 127.0.0.1 port, as before the Unix sockets\n"
+    "wiring = sys.argv.pop(1)\n"
+    "def tcp(self, topology):  # every endpoint a 127.0.0.1 port, as pods talk\n"
     "    return topology.addresses_local(allocate_ports(sorted(topology.binders), set()))\n"
     "sockets.Wiring.addresses = tcp\n"
     "prepare = backend.prepare\n"
     "def keyed(*args, **kwargs):  # and the key file in the folder, where the roles find it\n"
     "    out = prepare(*args, **kwargs)\n"
-    "    write_keys(out[1].path)\n"
+    "    if wiring == 'curve':\n"
+    "        write_keys(out[1].path)\n"
     "    return out\n"
     "backend.prepare = keyed\n"
     "from surreal_kube.cli.main import run\n"
     "sys.argv = ['surreal-kube', *sys.argv[1:]]\n"
     "run()\n"
 )
+"""A local run wired as pods talk: every endpoint a 127.0.0.1 port, with CURVE (`curve`, a key
+file in the folder) or without (`tcp`). No command makes either: the benchmark patches the local
+backend in a process of its own, where the supervisor then runs in the foreground."""
+JOB_WIRINGS = ("ipc", "curve", "tcp")
 
 
-def main_job_rate(created: bool, window: float) -> float:
-    """The agents' env steps/s of the main job over `window` s after the learner's first update:
-    as created (`created`), or wired as before the Unix sockets (TCP with CURVE; its supervisor
-    in the foreground of a process of its own, where the wiring is patched)."""
+def main_job_rate(wiring: str, window: float) -> float:
+    """The agents' env steps/s of the main job over `window` s after the learner's first update,
+    wired by `wiring` (JOB_WIRINGS): `ipc` as created (Unix sockets), else TCP_CREATE's."""
     root = Path(tempfile.mkdtemp(prefix="bench-comm-job-"))
-    create = ["-m", "surreal_kube.cli.main"] if created else ["-c", TCP_CURVE_CREATE]
+    created = wiring == "ipc"
+    create = ["-m", "surreal_kube.cli.main"] if created else ["-c", TCP_CREATE, wiring]
     args = ["create", "job", "--local", "--root", str(root), *MAIN_JOB]
     if created:
         args.append("--detach")
@@ -544,8 +553,8 @@ def main_job_rate(created: bool, window: float) -> float:
         wait_learning(folder, 120)
         addresses = (json.loads((folder / "state.json").read_text()) or {})["addresses"]
         ipc = addresses["ps-serve"].startswith("ipc://")
-        if ipc != created or (folder / "curve.key").exists() == created:
-            raise SystemExit("the main job's run is not wired as asked")
+        if ipc != created or (folder / "curve.key").exists() != (wiring == "curve"):
+            raise SystemExit(f"the main job's run is not wired as asked ({wiring})")
         s0, t0 = agents_steps(folder)
         time.sleep(window)
         s1, t1 = agents_steps(folder)
@@ -560,14 +569,14 @@ def main_job_rate(created: bool, window: float) -> float:
         shutil.rmtree(root, ignore_errors=True)
 
 
-def main_job(reps: int, window: float) -> tuple[float, float]:
-    """Mean env steps/s as created and wired as before, runs alternated so that a slower minute
-    of the machine falls on both."""
-    created, before = [], []
+def main_job(reps: int, window: float) -> dict[str, float]:
+    """Mean env steps/s of each of JOB_WIRINGS, runs alternated so that a slower minute of the
+    machine falls on all."""
+    rates: dict[str, list[float]] = {w: [] for w in JOB_WIRINGS}
     for _ in range(reps):
-        before.append(main_job_rate(False, window))
-        created.append(main_job_rate(True, window))
-    return statistics.mean(created), statistics.mean(before)
+        for wiring in JOB_WIRINGS:
+            rates[wiring].append(main_job_rate(wiring, window))
+    return {w: statistics.mean(r) for w, r in rates.items()}
 
 
 def main() -> None:
@@ -656,7 +665,16 @@ def main() -> None:
         Row(
             "main job (PPO Ant-v5, 2 agents, local) env steps/s as created, Unix sockets "
             "(reference: TCP with CURVE, as before)",
-            *job,
+            job["ipc"],
+            job["curve"],
+            "steps/s",
+            "higher",
+        ),
+        Row(
+            "main job (PPO Ant-v5, 2 agents) env steps/s on TCP with CURVE, as pods talk "
+            "(reference: plain TCP)",
+            job["curve"],
+            job["tcp"],
             "steps/s",
             "higher",
         ),
@@ -667,7 +685,10 @@ def main() -> None:
             f"{label}: experience {e.ratio:.2f}, 1 MB broadcast {b.ratio:.2f}, sampling "
             f"{m.ratio:.2f} of plain TCP (goal: >= 0.90)"
         )
-    print(f"the main job as created steps at {rows[-1].ratio:.2f} of its speed wired as before")
+    print(
+        f"the main job as created steps at {rows[-2].ratio:.2f} of its speed wired as before; "
+        f"with CURVE at {rows[-1].ratio:.2f} of plain TCP"
+    )
     path = write_results("comm", rows)
     print(f"wrote {path}")
 
