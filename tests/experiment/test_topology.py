@@ -251,9 +251,9 @@ def test_each_process_is_told_which_of_its_endpoints_stay_in_its_pod() -> None:
     process learns which they are from the graph, the same list on both ends of each hop, and
     none once the shards are pods of their own (the hop crosses the network: CURVE again)."""
     one_pod = resolve_experiment("exp", sets=["replay.shards=2", "ps.shards=2"]).topology
-    book = one_pod.addresses_kube("ns")
 
     def pod_endpoints(topo, process: str) -> str | None:
+        book = topo.addresses_kube("ns")
         env = topo.environment(topo.process(process), book, config_path="/c", experiment_dir="/x")
         return env.get("SURREAL_POD_ENDPOINTS")
 
@@ -266,6 +266,5 @@ def test_each_process_is_told_which_of_its_endpoints_stay_in_its_pod() -> None:
     pods = resolve_experiment(
         "exp", sets=["replay.shards=2", "replay.layout=pods", "ps.shards=2", "ps.layout=pods"]
     ).topology
-    book = pods.addresses_kube("ns")
     for process in ("ps", "ps-shard-1", "replay", "replay-shard-0"):
         assert pod_endpoints(pods, process) is None, process
