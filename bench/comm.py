@@ -14,15 +14,16 @@
   same megabyte to 8 SUB sockets.
 - Closed to strangers (issue 25; goal: at most 10 % slower than the same path open to all):
   the experience, sampling and parameter paths again as a local run wires them, Unix sockets in
-  the run's private folder (`launch/local/sockets.py`), and as pods talk, TCP with CURVE (the
-  experiment's keypair, `comm.curve`) on every socket but the hops inside one pod (a service to
-  its shards, on the pod's loopback), each against the same path on plain TCP in the same run.
+  the run's private folder (`launch/local/sockets.py`), and as pods talk, TCP with the
+  experiment's keys: sealed messages on the experience and fetch paths (`comm.seal`), CURVE on
+  the others (`comm.curve`) but the hops inside one pod (a service to its shards, on the pod's
+  loopback), each against the same path on plain TCP in the same run.
   Those paths run flat out, far above what agents send; the main job shows the price where it
   runs: the agents' env steps/s of `make run`'s experiment (PPO Ant-v5, 2 agents, 1 eval,
   local) over a window after its first update as created (Unix sockets), against the same
-  experiment wired as before them (every endpoint a 127.0.0.1 port, CURVE with a key file in
-  the folder: no command makes that, the benchmark does); and that TCP wiring with CURVE
-  against the same without it, the price of CURVE at the rates a run sends; runs alternated.
+  experiment wired as before them (every endpoint a 127.0.0.1 port, a key file in the folder:
+  no command makes that, the benchmark does); and that TCP wiring with keys against the same
+  without them, the price of the keys at the rates a run sends; runs alternated.
 
 Every party runs in its own process (agents: 8 client threads in one process), as in a local
 experiment. Writes bench/results/comm.json.
@@ -86,16 +87,16 @@ def free_port() -> int:
 
 
 TRANSPORTS = ("tcp", "curve", "ipc")
-"""How `experiment_envs` wires the roles: plain TCP on 127.0.0.1; TCP with CURVE, as pods talk;
-Unix sockets in the run's folder, as a local run does."""
+"""How `experiment_envs` wires the roles: plain TCP on 127.0.0.1; TCP with the experiment's
+keys, as pods talk; Unix sockets in the run's folder, as a local run does."""
 
 
 def experiment_envs(
     root: Path, spec: dict[str, Any], transport: str = "tcp"
 ) -> dict[str, dict[str, str]]:
     """The environment of every process of a throwaway experiment (as the local backend does),
-    wired by `transport` (TRANSPORTS); for CURVE, its key file in the folder, where the roles
-    find it."""
+    wired by `transport` (TRANSPORTS); with keys (`curve`), its key file in the folder, where
+    the roles find it."""
     from surreal_kube.experiment.resolve import (
         deep_merge,
         default_document,
@@ -142,7 +143,7 @@ def _role(env: dict[str, str], role: str, index: int) -> Any:
 
 
 def _install_keys(key_file: str | None) -> None:
-    """A sender's or agent's process: CURVE with the experiment's keys (None: plain)."""
+    """A sender's or agent's process: sealing and CURVE with the experiment's keys (None: plain)."""
     from surreal_kube.comm import curve
 
     curve.install_from(key_file)
@@ -526,7 +527,7 @@ TCP_CREATE = (
     "sys.argv = ['surreal-kube', *sys.argv[1:]]\n"
     "run()\n"
 )
-"""A local run wired as pods talk: every endpoint a 127.0.0.1 port, with CURVE (`curve`, a key
+"""A local run wired as pods talk: every endpoint a 127.0.0.1 port, with keys (`curve`, a key
 file in the folder) or without (`tcp`). No command makes either: the benchmark patches the local
 backend in a process of its own, where the supervisor then runs in the foreground."""
 JOB_WIRINGS = ("ipc", "curve", "tcp")
@@ -641,14 +642,14 @@ def main() -> None:
             "higher",
         ),
         Row(
-            "experience on TCP with CURVE, as pods talk (reference: plain TCP)",
+            "experience on TCP with keys (sealed), as pods talk (reference: plain TCP)",
             exp["curve"],
             exp["tcp"],
             "transitions/s",
             "higher",
         ),
         Row(
-            f"parameters on TCP with CURVE: publish -> {AGENTS} agents hold 1 MB "
+            f"parameters on TCP with keys (sealed fetches): publish -> {AGENTS} agents hold 1 MB "
             "(reference: plain TCP)",
             par["curve"],
             par["tcp"],
@@ -656,7 +657,7 @@ def main() -> None:
             "lower",
         ),
         Row(
-            f"sampling on TCP with CURVE: batches of {SAMPLE_BATCH} (reference: plain TCP)",
+            f"sampling on TCP with keys (CURVE): batches of {SAMPLE_BATCH} (reference: plain TCP)",
             smp["curve"],
             smp["tcp"],
             "batches/s",
@@ -664,14 +665,14 @@ def main() -> None:
         ),
         Row(
             "main job (PPO Ant-v5, 2 agents, local) env steps/s as created, Unix sockets "
-            "(reference: TCP with CURVE, as before)",
+            "(reference: TCP with keys, as before)",
             job["ipc"],
             job["curve"],
             "steps/s",
             "higher",
         ),
         Row(
-            "main job (PPO Ant-v5, 2 agents) env steps/s on TCP with CURVE, as pods talk "
+            "main job (PPO Ant-v5, 2 agents) env steps/s on TCP with keys, as pods talk "
             "(reference: plain TCP)",
             job["curve"],
             job["tcp"],
@@ -680,14 +681,14 @@ def main() -> None:
         ),
     ]
     print_table("comm", rows)
-    for label, (e, b, m) in {"local Unix sockets": rows[3:6], "TCP with CURVE": rows[6:9]}.items():
+    for label, (e, b, m) in {"local Unix sockets": rows[3:6], "TCP with keys": rows[6:9]}.items():
         print(
             f"{label}: experience {e.ratio:.2f}, 1 MB broadcast {b.ratio:.2f}, sampling "
             f"{m.ratio:.2f} of plain TCP (goal: >= 0.90)"
         )
     print(
         f"the main job as created steps at {rows[-2].ratio:.2f} of its speed wired as before; "
-        f"with CURVE at {rows[-1].ratio:.2f} of plain TCP"
+        f"with keys at {rows[-1].ratio:.2f} of plain TCP"
     )
     path = write_results("comm", rows)
     print(f"wrote {path}")

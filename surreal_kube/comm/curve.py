@@ -40,8 +40,12 @@ MAXMSGSIZE: libzmq checks it against the encrypted frame, 33 bytes longer than t
 (`FRAME_OVERHEAD`), so `max_msg_bytes` adds them: a role accepts encrypted exactly what it
 accepted in plain text.
 
-Cost: CURVE encrypts every frame (XSalsa20-Poly1305 in libzmq); `bench/comm.py` measures the
-experience path and the 1 MB parameter broadcast with and without it in the same run.
+The bulk paths are sealed instead. CURVE encrypts every frame per connection (XSalsa20-Poly1305
+in libzmq, with two copies): the experience path ran at 0.67 and the 1 MB broadcast to 8 agents
+at 0.62 of plain TCP (`bench/comm.py`), the parameter server encrypting one megabyte per agent.
+The sockets of those two paths (`make_socket(sealed=True)`: the collectors and their senders,
+the parameter server's service and its clients) are plain, and every message on them is sealed
+with the same experiment's key (`comm.seal`); the installed keys switch both on together.
 """
 
 from __future__ import annotations

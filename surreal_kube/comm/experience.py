@@ -43,7 +43,7 @@ import numpy as np
 import zmq
 from zmq.utils.monitor import recv_monitor_message
 
-from surreal_kube.comm import wire
+from surreal_kube.comm import seal, wire
 from surreal_kube.comm.sockets import bound_address, make_socket
 
 log = logging.getLogger(__name__)
@@ -138,7 +138,9 @@ class ExperienceSender:
         self.env_steps = 0
         """The sending process's cumulative env steps, sent with every message."""
         slice_ms = int(min(timeout, WAIT_SLICE_SECONDS) * 1000)
-        self._sock = make_socket(zmq.PUSH, sndhwm=hwm, sndtimeo_ms=max(slice_ms, 1), immediate=True)
+        self._sock = make_socket(
+            zmq.PUSH, sndhwm=hwm, sndtimeo_ms=max(slice_ms, 1), immediate=True, sealed=True
+        )
         self._sock.setsockopt(zmq.SNDBUF, buffer_bytes)
         self._monitor = self._sock.get_monitor_socket(
             zmq.EVENT_CONNECTED | zmq.EVENT_DISCONNECTED | zmq.EVENT_CLOSED
@@ -205,7 +207,7 @@ class ExperienceSender:
         meta: dict[str, object] = {"n": int(count), "src": self.source}
         if PARAM_VERSION in arrays:
             meta.update(x=SCHEMA, steps=int(self.env_steps))
-        frames = wire.encode(wire.EXPERIENCE, meta, arrays)
+        frames = seal.seal(wire.encode(wire.EXPERIENCE, meta, arrays))
         started = time.monotonic()
         counted = 0.0  # seconds since `started` already in waited_seconds
         try:
@@ -292,8 +294,7 @@ class ExperienceReceiver:
             zmq.PULL,
             rcvhwm=hwm,
             max_msg_bytes=max(max_bytes, wire.MAX_HEADER_BYTES),
-            curve_server=True,  # bound below
-            address=bind,
+            sealed=True,
         )
         self.sock.setsockopt(zmq.RCVBUF, buffer_bytes)
         try:
@@ -305,6 +306,7 @@ class ExperienceReceiver:
         """The bound address (a wildcard port resolved)."""
         self._max_bytes = max_bytes
         self.rejects = wire.Rejects(log)
+        self._opener = seal.Opener(fresh=True)  # a stranger's copy of a message is refused
         self.items = 0
         self.messages = 0
         self.bytes = 0
@@ -324,8 +326,11 @@ class ExperienceReceiver:
             frames = self.sock.recv_multipart(zmq.NOBLOCK, copy=False)
         except zmq.Again:
             return None
+        opened = seal.try_open(self._opener, frames, self.rejects, "collector")
+        if opened is None:
+            return None
         msg = wire.try_decode(
-            frames,
+            opened,
             self.rejects,
             expect=(wire.EXPERIENCE,),
             max_bytes=self._max_bytes,

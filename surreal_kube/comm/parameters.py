@@ -8,6 +8,10 @@ client already holds; a shard answers `unchanged` (a few bytes) when it has noth
 agents can fetch often without moving megabytes. Shards forward the publication's frames as they
 arrived, without decoding or copying the arrays.
 
+With the experiment's keys installed, fetches and answers are sealed (`comm.seal`): a client
+seals its request, the shard opens it (refusing strangers' and replayed requests) and answers
+with sealed frames; a publication is sealed once by each shard, whatever the number of agents.
+
 The client follows the "lazy pirate" pattern: a REQ socket that times out is in a state where it
 cannot send again, so it is closed and rebuilt; `on_fetch_parameter_failed` tells the owner (which
 logs it and reports it to tensorplex) and `on_fetch_parameter_success` tells it when fetches work.
@@ -28,7 +32,8 @@ from typing import Any, Literal
 import numpy as np
 import zmq
 
-from surreal_kube.comm import wire
+from surreal_kube.comm import seal, wire
+from surreal_kube.comm.proxy import Forwarder
 from surreal_kube.comm.sockets import bound_address, make_socket
 
 log = logging.getLogger(__name__)
@@ -273,12 +278,16 @@ class ParameterShard:
             max_msg_bytes=max(max_bytes, wire.MAX_HEADER_BYTES),
         )
         self.sub.setsockopt(zmq.SUBSCRIBE, b"")
-        self.rep = make_socket(zmq.REP, connect=backend_addr, max_msg_bytes=FETCH_BYTES)
+        self.rep = make_socket(
+            zmq.REP, connect=backend_addr, max_msg_bytes=FETCH_BYTES + seal.TAG_BYTES
+        )
+        self._opener = seal.Opener(fresh=True)
         self._max_bytes = max_bytes
         self._poller = zmq.Poller()
         self._poller.register(self.sub, zmq.POLLIN)
         self._poller.register(self.rep, zmq.POLLIN)
-        self.frames: list[zmq.Frame] | None = None
+        self.frames: list[Any] | None = None
+        """The newest publication, as fetches are answered with it (sealed once, if keys)."""
         self.info: ParameterInfo | None = None
         self.rejects = wire.Rejects(log)
         self.updates = 0
@@ -318,20 +327,26 @@ class ParameterShard:
                 continue
             if self.info is None or info.hash != self.info.hash:
                 self.updates += 1
-            self.frames, self.info = list(frames), info
+            self.frames, self.info = seal.seal(frames), info
 
     def _answer(self, frames: list[zmq.Frame]) -> None:
         self.fetches += 1
-        msg = wire.try_decode(
-            frames, self.rejects, expect=(wire.FETCH,), max_bytes=0, where="fetch"
+        opened = seal.try_open(self._opener, frames, self.rejects, "fetch")
+        msg = (
+            None
+            if opened is None
+            else wire.try_decode(
+                opened, self.rejects, expect=(wire.FETCH,), max_bytes=0, where="fetch"
+            )
         )
         if msg is None:
-            # REP must answer something; an empty reply is a malformed message to the client.
+            # REP must answer something; an empty reply is a malformed message to the client,
+            # and a stranger's request (unsealed) learns no more than that
             self.rep.send_multipart(wire.encode(wire.NO_PARAMS, {"error": "malformed request"}))
             return
         held = msg.meta.get("hash")
         if self.frames is None or self.info is None:
-            self.rep.send_multipart(wire.encode(wire.NO_PARAMS))
+            self.rep.send_multipart(seal.seal(wire.encode(wire.NO_PARAMS)))
         elif held == self.info.hash:
             self.unchanged += 1
             meta = {
@@ -339,7 +354,7 @@ class ParameterShard:
                 "hash": self.info.hash,
                 "time": self.info.time,
             }
-            self.rep.send_multipart(wire.encode(wire.UNCHANGED, meta))
+            self.rep.send_multipart(seal.seal(wire.encode(wire.UNCHANGED, meta)))
         else:
             self.rep.send_multipart(self.frames, copy=False)
 
@@ -347,6 +362,22 @@ class ParameterShard:
         """Close both sockets."""
         self.sub.close(0)
         self.rep.close(0)
+
+
+def parameter_proxy(serve: str, backend: str, *, max_bytes: int | None = None) -> Forwarder:
+    """The parameter server's front, started: agents' fetches on `serve` spread over the shards
+    that connect to `backend`. Its front carries sealed messages, opened by the shards
+    (`comm.seal`); `max_bytes`: the largest parameter frame a shard answers with."""
+    return Forwarder(
+        zmq.ROUTER,
+        serve,
+        zmq.DEALER,
+        backend,
+        name="ps-proxy",
+        frontend_max_bytes=FETCH_BYTES,
+        backend_max_bytes=max_bytes,
+        frontend_sealed=True,
+    ).start()
 
 
 FetchOutcome = Literal["new", "unchanged", "empty", "failed", "refused"]
@@ -372,6 +403,7 @@ class ParameterClient:
         self.info: ParameterInfo | None = None
         self.last_outcome: FetchOutcome | None = None
         self.rejects = wire.Rejects(log)
+        self._opener = seal.Opener(fresh=False)  # a re-fetch may be handed the same seal again
         self.fetches = 0
         self.updates = 0
         self.failures = 0
@@ -384,6 +416,7 @@ class ParameterClient:
             connect=self.addr,
             sndtimeo_ms=int(self.timeout * 1000),
             max_msg_bytes=max(self._max_bytes, wire.MAX_HEADER_BYTES),
+            sealed=True,
         )
 
     @property
@@ -398,7 +431,7 @@ class ParameterClient:
         """
         self.fetches += 1
         try:
-            self._sock.send_multipart(wire.encode(wire.FETCH, {"hash": self.hash}))
+            self._sock.send_multipart(seal.seal(wire.encode(wire.FETCH, {"hash": self.hash})))
             ready = self._sock.poll(int(self.timeout * 1000), zmq.POLLIN)
         except zmq.ZMQError:
             ready = 0
@@ -406,8 +439,12 @@ class ParameterClient:
             self._failed()
             return None
         frames = self._sock.recv_multipart(copy=False)
+        opened = seal.try_open(self._opener, frames, self.rejects, "fetch reply")
+        if opened is None:
+            self._refused()
+            return None
         msg = wire.try_decode(
-            frames,
+            opened,
             self.rejects,
             expect=(wire.PARAMS, wire.UNCHANGED, wire.NO_PARAMS),
             max_bytes=self._max_bytes,

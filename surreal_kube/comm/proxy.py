@@ -36,10 +36,13 @@ class Forwarder:
         name: str = "forwarder",
         frontend_max_bytes: int | None = None,
         backend_max_bytes: int | None = None,
+        frontend_sealed: bool = False,
     ) -> None:
         """`*_max_bytes`: the largest frame each side takes (a larger one disconnects its
         sender, see `sockets.make_socket`); the parameter server's front takes fetch requests,
-        its back the parameters."""
+        its back the parameters. `frontend_sealed`: the front carries sealed messages
+        (`comm.seal`), opened behind the proxy, and is no CURVE socket."""
+        self._front_sealed = frontend_sealed
         self._spec = (frontend_kind, frontend_bind, backend_kind, backend_bind)
         self._hwm = hwm
         self._max_bytes = (frontend_max_bytes, backend_max_bytes)
@@ -72,7 +75,12 @@ class Forwarder:
         try:
             front_max, back_max = self._max_bytes
             front = make_socket(
-                fk, bind=fb, sndhwm=self._hwm, rcvhwm=self._hwm, max_msg_bytes=front_max
+                fk,
+                bind=fb,
+                sndhwm=self._hwm,
+                rcvhwm=self._hwm,
+                max_msg_bytes=front_max,
+                sealed=self._front_sealed,
             )
             socks.append(front)
             back = make_socket(

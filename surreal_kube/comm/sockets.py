@@ -10,7 +10,7 @@ silently growing queue). Sockets are not thread-safe: each is used by the thread
 
 Once a role installed its experiment's keys (`comm.curve.install`), every socket made here is a
 CURVE socket: a server when it binds, a client when it connects, unless its address was declared
-pod-private (see `comm.curve`).
+pod-private (see `comm.curve`) or it carries sealed messages (`sealed`, see `comm.seal`).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from typing import Any
 
 import zmq
 
-from surreal_kube.comm import curve
+from surreal_kube.comm import curve, seal
 
 DEFAULT_LINGER_MS = 0
 RECONNECT_JITTER_MS = 25
@@ -48,6 +48,7 @@ def make_socket(
     ctx: zmq.Context[zmq.Socket[bytes]] | None = None,
     curve_server: bool | None = None,
     address: str | None = None,
+    sealed: bool = False,
 ) -> zmq.Socket[bytes]:
     """A socket with our defaults, bound or connected to one address.
 
@@ -63,7 +64,9 @@ def make_socket(
     `curve_server`: whether this socket is the CURVE server of its connections (default: when
     it binds here); give True for a socket bound later. Only used once keys are installed.
     `address`: where a socket made without `bind` or `connect` will be bound or connected later;
-    whether it is a CURVE socket depends on it (a pod-private address: plain)."""
+    whether it is a CURVE socket depends on it (a pod-private address: plain).
+    `sealed`: a socket of the sealed paths (`comm.seal`): never a CURVE socket, its owner seals
+    and opens every message itself once keys are installed."""
     the_ctx = ctx or context()
     sock: zmq.Socket[bytes] = the_ctx.socket(kind)
     sock.setsockopt(zmq.LINGER, linger_ms)
@@ -79,18 +82,24 @@ def make_socket(
     if max_msg_bytes is not None:
         if max_msg_bytes < 1:
             raise ValueError(f"max_msg_bytes must be >= 1, got {max_msg_bytes}")
-        sock.setsockopt(zmq.MAXMSGSIZE, curve.max_msg_bytes(max_msg_bytes, address))
+        limit = (
+            max_msg_bytes + seal.TAG_BYTES * seal.active()
+            if sealed
+            else curve.max_msg_bytes(max_msg_bytes, address)
+        )
+        sock.setsockopt(zmq.MAXMSGSIZE, limit)
     sock.setsockopt(
         zmq.RECONNECT_IVL, 100 + random.randint(-RECONNECT_JITTER_MS, RECONNECT_JITTER_MS)
     )
     sock.setsockopt(zmq.RECONNECT_IVL_MAX, max(reconnect_max_ms, 100))
     try:
-        curve.configure(
-            sock,
-            server=bind is not None if curve_server is None else curve_server,
-            ctx=the_ctx,
-            address=address,
-        )
+        if not sealed:
+            curve.configure(
+                sock,
+                server=bind is not None if curve_server is None else curve_server,
+                ctx=the_ctx,
+                address=address,
+            )
         if bind is not None:
             sock.bind(bind)
         if connect is not None:

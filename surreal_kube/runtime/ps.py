@@ -3,6 +3,10 @@
     agents/evals --ps-serve--> [ps: ROUTER->DEALER forwarder] --ps-backend--> ps-shard-i (REP)
     learner --parameter-publish (PUB)--> ps-shard-i (SUB)
 
+With the experiment's keys, fetches and answers are sealed between the agent and the shard
+(`comm.seal`): the proxy forwards them unopened, and each shard seals a publication once for
+every agent that fetches it.
+
 Each shard holds the newest parameters; the proxy spreads fetches round-robin over the shards, so
 adding shards adds fetch capacity for large agent fleets.
 """
@@ -11,10 +15,7 @@ from __future__ import annotations
 
 import logging
 
-import zmq
-
-from surreal_kube.comm.parameters import FETCH_BYTES, ParameterShard
-from surreal_kube.comm.proxy import Forwarder
+from surreal_kube.comm.parameters import ParameterShard, parameter_proxy
 from surreal_kube.runtime.base import RoleBase
 from surreal_kube.runtime.context import RoleContext
 from surreal_kube.runtime.layout import parameter_bytes
@@ -28,15 +29,9 @@ class ParameterProxy(RoleBase):
 
     def __init__(self, ctx: RoleContext, stop: StopFlag | None = None) -> None:
         super().__init__(ctx, stop)
-        self.forwarder = Forwarder(
-            zmq.ROUTER,
-            ctx.bind("ps-serve"),
-            zmq.DEALER,
-            ctx.bind("ps-backend"),
-            name="ps-proxy",
-            frontend_max_bytes=FETCH_BYTES,
-            backend_max_bytes=parameter_bytes(ctx),
-        ).start()
+        self.forwarder = parameter_proxy(
+            ctx.bind("ps-serve"), ctx.bind("ps-backend"), max_bytes=parameter_bytes(ctx)
+        )
 
     def run(self) -> None:
         """Wait for the stop signal; the forwarder runs in its own thread."""

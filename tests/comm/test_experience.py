@@ -9,10 +9,15 @@ import time
 import numpy as np
 import zmq
 
-from surreal_kube.comm import wire
+from surreal_kube.comm import seal, wire
 from surreal_kube.comm.experience import ExperienceReceiver, ExperienceSender, stack_items
 from surreal_kube.comm.sockets import make_socket
 from tests.comm.ports import free_addr
+
+
+def _open(frames: list[zmq.Frame]) -> list[object]:
+    """What a collector reads: the message opened (as it is when no keys are installed)."""
+    return seal.Opener(fresh=False).open(frames)
 
 
 def _item(i: int, horizon: int = 25) -> dict[str, np.ndarray]:
@@ -39,7 +44,7 @@ def test_a_lone_item_is_sent_as_views_of_its_arrays():
 
 def test_sender_flushes_every_flush_iteration_items_as_one_message():
     addr = free_addr()
-    receiver = make_socket(zmq.PULL, bind=addr)
+    receiver = make_socket(zmq.PULL, bind=addr, sealed=True)
     sender = ExperienceSender(addr, flush_iteration=4, timeout=2.0)
     try:
         for i in range(3):
@@ -48,7 +53,7 @@ def test_sender_flushes_every_flush_iteration_items_as_one_message():
         sender.send(_item(3))
         assert sender.sent_messages == 1 and sender.sent_items == 4
         assert receiver.poll(2000)
-        msg = wire.decode(receiver.recv_multipart(copy=False), expect=(wire.EXPERIENCE,))
+        msg = wire.decode(_open(receiver.recv_multipart(copy=False)), expect=(wire.EXPERIENCE,))
         assert msg.meta["n"] == 4
         assert msg.arrays["obs"].shape == (4, 25, 3)
         np.testing.assert_array_equal(msg.arrays["obs"][:, 0, 0], [0, 1, 2, 3])
@@ -80,7 +85,7 @@ def test_sender_to_dead_replay_times_out_reports_drop_and_recovers(caplog):
         assert not sender.healthy and len(caplog.records) == warnings
 
         # Replay comes up at that address: sending resumes on its own.
-        pull = receiver = make_socket(zmq.PULL, bind=addr)
+        pull = receiver = make_socket(zmq.PULL, bind=addr, sealed=True)
         deadline = time.monotonic() + 10
         with caplog.at_level(logging.INFO, logger="surreal_kube.comm.experience"):
             while sender.sent_items == 0 and time.monotonic() < deadline:
@@ -89,7 +94,7 @@ def test_sender_to_dead_replay_times_out_reports_drop_and_recovers(caplog):
         assert sender.sent_items >= 1 and sender.healthy
         assert any("reachable again" in r.getMessage() for r in caplog.records)
         assert pull.poll(2000)
-        msg = wire.decode(pull.recv_multipart(copy=False))
+        msg = wire.decode(_open(pull.recv_multipart(copy=False)))
         assert msg.arrays["obs"][0, 0, 0] == 99
     finally:
         sender.close()
@@ -101,7 +106,7 @@ def test_receiver_counts_messages_that_do_not_stack():
     addr = free_addr()
     receiver = ExperienceReceiver(addr)
     assert receiver.addr == addr
-    push = make_socket(zmq.PUSH, connect=addr)  # an agent's side
+    push = make_socket(zmq.PUSH, connect=addr, sealed=True)  # an agent's side
     try:
         bad = [
             wire.encode(wire.EXPERIENCE, {"n": 3}, {"obs": np.zeros((2, 4), np.float32)}),
@@ -110,10 +115,10 @@ def test_receiver_counts_messages_that_do_not_stack():
             wire.encode(wire.PARAMS, {"n": 1}, {"obs": np.zeros((1, 4), np.float32)}),
             [b"junk"],
         ]
-        for frames in bad:
-            push.send_multipart(frames, copy=False)
+        for frames in bad:  # sealed as a member's are, when keys are installed
+            push.send_multipart(seal.seal(frames), copy=False)
         push.send_multipart(
-            wire.encode(wire.EXPERIENCE, {"n": 2}, {"obs": np.ones((2, 4), np.float32)})
+            seal.seal(wire.encode(wire.EXPERIENCE, {"n": 2}, {"obs": np.ones((2, 4), np.float32)}))
         )
         got = None
         deadline = time.monotonic() + 5
@@ -164,7 +169,7 @@ def test_schema_2_items_carry_their_parameter_version_and_the_senders_steps():
     addr = free_addr()
     receiver = ExperienceReceiver(addr)
     sender = ExperienceSender(addr, flush_iteration=2, source="agents-3")
-    push = make_socket(zmq.PUSH, connect=addr)
+    push = make_socket(zmq.PUSH, connect=addr, sealed=True)
     try:
         sender.env_steps = 1234
         sender.send([_versioned(0, 7), _versioned(1, 8)])
@@ -180,7 +185,7 @@ def test_schema_2_items_carry_their_parameter_version_and_the_senders_steps():
             {"obs": np.zeros((2, 3), np.float32)},
             {"obs": np.zeros((2, 3), np.float32), "param_version": np.zeros(2, np.float32)},
         ):
-            push.send_multipart(wire.encode(wire.EXPERIENCE, {"n": 2, "x": 2}, arrays))
+            push.send_multipart(seal.seal(wire.encode(wire.EXPERIENCE, {"n": 2, "x": 2}, arrays)))
         deadline = time.monotonic() + 5
         while receiver.rejects.total < 2 and time.monotonic() < deadline:
             assert receiver.recv(timeout_ms=100) is None
@@ -194,7 +199,7 @@ def test_schema_2_items_carry_their_parameter_version_and_the_senders_steps():
 def test_sender_waits_for_a_replay_that_is_up_but_holds_inserts_back():
     """A connected shard that stops reading (its rate limiter) makes agents wait, not drop."""
     addr = free_addr()
-    pull = make_socket(zmq.PULL, bind=addr, rcvhwm=1)
+    pull = make_socket(zmq.PULL, bind=addr, rcvhwm=1, sealed=True)
     calls: list[float] = []
     stop_after = 1.0
 
@@ -235,7 +240,7 @@ def test_waits_shorter_than_a_wait_slice_are_counted_too():
     # The buffer must be set before bind: libzmq copies a socket's options into its listener at
     # bind, so a RCVBUF set after it is ignored and the kernel's autotuned buffer (megabytes on
     # some machines) holds most of the 25 messages: CI counted 0.46 s of waiting that way.
-    pull = make_socket(zmq.PULL, rcvhwm=1, curve_server=True)
+    pull = make_socket(zmq.PULL, rcvhwm=1, sealed=True)
     pull.setsockopt(zmq.RCVBUF, 4 << 10)
     pull.bind(addr)
     done = threading.Event()

@@ -10,15 +10,15 @@ import numpy as np
 import pytest
 import zmq
 
-from surreal_kube.comm import wire
+from surreal_kube.comm import seal, wire
 from surreal_kube.comm.parameters import (
     FetchSchedule,
     ParameterClient,
     ParameterPublisher,
     ParameterShard,
     content_hash,
+    parameter_proxy,
 )
-from surreal_kube.comm.proxy import Forwarder
 from tests.comm.ports import free_addr, free_port
 
 
@@ -56,7 +56,7 @@ class ParameterServer:
         self.start()
 
     def start(self) -> None:
-        self.proxy = Forwarder(zmq.ROUTER, self.serve_addr, zmq.DEALER, self.backend_addr).start()
+        self.proxy = parameter_proxy(self.serve_addr, self.backend_addr)
         self.shards = [ShardThread(self.publish_addr, self.backend_addr) for _ in range(self.n)]
 
     def stop(self) -> None:
@@ -287,13 +287,13 @@ def test_a_client_drops_parameters_that_do_not_match_their_hash():
     real = {"w": np.arange(4, dtype=np.float32)}
     forged = {"w": np.full(4, 1e9, np.float32)}
     replies = [forged, real]  # both claim the real parameters' hash
-    rep, addr = bind_any_port(zmq.REP)
+    rep, addr = bind_any_port(zmq.REP, sealed=True)  # sealed with the experiment's keys, if any
 
     def serve() -> None:
         for arrays in replies:
             rep.recv_multipart()
             meta = {"iteration": 7, "hash": content_hash(real), "time": 0.0}
-            rep.send_multipart(wire.encode(wire.PARAMS, meta, arrays), copy=False)
+            rep.send_multipart(seal.seal(wire.encode(wire.PARAMS, meta, arrays)), copy=False)
 
     server = threading.Thread(target=serve, daemon=True)
     server.start()

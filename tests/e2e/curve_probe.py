@@ -8,6 +8,12 @@ Run inside a pod of the experiment's namespace (by tests/e2e/test_user_path.py, 
 - `member`: CURVE with the experiment's keypair (what a role does): the control, which shows the
   address is right and the connection is let through, so that a refusal above is CURVE's.
 
+On the sealed paths (`SEALED`: the collectors and the parameter server's service, whose sockets
+are plain and whose messages are sealed, `comm.seal`) the three modes are about messages, not
+handshakes: every handshake succeeds there, and at `ps-serve` each mode also sends a fetch,
+unsealed (`plain`), sealed with another experiment's key (`stranger`) or with the experiment's
+(`member`), and records what kind of answer came (`ANSWER:params`, `ANSWER:none`, `NO-ANSWER`).
+
 Arguments: `endpoint=address` (`ps-serve=tcp://...`): the endpoint's name picks the socket type
 a role connects to it with (ZeroMQ refuses a handshake between socket types that do not pair, a
 PUSH with a ROUTER, say, whatever the keys). Prints one JSON object: {address: {mode: [socket
@@ -33,6 +39,12 @@ FAILED = {zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL, zmq.EVENT_HANDSHAKE_FAILED_PROTO
           zmq.EVENT_HANDSHAKE_FAILED_AUTH}  # fmt: skip
 CONNECTS_WITH = {"ps-serve": zmq.DEALER, "replay-sampler": zmq.DEALER, "parameter-publish": zmq.SUB}
 """The socket type that pairs with each endpoint's server; PUSH for the rest (collectors, metrics)."""
+SEALED = ("ps-serve", "replay-collector")
+"""Endpoints (name prefixes) of the sealed paths: plain sockets, sealed messages."""
+
+
+def sealed(name: str) -> bool:
+    return name.startswith(SEALED)
 NAMES = {
     value: name[len("EVENT_") :]
     for name, value in vars(zmq).items()
@@ -50,7 +62,9 @@ def attempt(ctx: zmq.Context[zmq.Socket[bytes]], target: str, mode: str, public:
     name, addr = target.split("=", 1)
     sock = ctx.socket(CONNECTS_WITH.get(name, zmq.PUSH))
     sock.setsockopt(zmq.LINGER, 0)
-    if mode == "stranger":
+    if sealed(name):
+        pass  # a plain socket: the seal is the messages'
+    elif mode == "stranger":
         own_public, own_secret = zmq.curve_keypair()
         sock.curve_serverkey, sock.curve_publickey, sock.curve_secretkey = (
             public, own_public, own_secret
@@ -70,8 +84,30 @@ def attempt(ctx: zmq.Context[zmq.Socket[bytes]], target: str, mode: str, public:
             break
     sock.disable_monitor()
     monitor.close(0)
+    if name == "ps-serve" and "HANDSHAKE_SUCCEEDED" in seen:
+        seen.append(fetch(sock, mode, public, secret))
     sock.close(0)
     return seen
+
+
+def fetch(sock: zmq.Socket[bytes], mode: str, public: bytes, secret: bytes) -> str:
+    """Ask the parameter server for parameters as `mode` would; the kind of answer."""
+    from surreal_kube.comm import curve, seal, wire
+
+    keys = {"plain": None, "stranger": curve.generate(), "member": curve.CurveKeys(public, secret)}
+    curve.install(keys[mode])
+    try:
+        sock.send_multipart([b"", *seal.seal(wire.encode(wire.FETCH, {"hash": None}))])
+        if not sock.poll(int(WINDOW_SECONDS * 1000)):
+            return "NO-ANSWER"
+        _, *answer = sock.recv_multipart()
+        curve.install(keys["member"])  # the probe reads the answer as a member would
+        try:
+            return "ANSWER:" + wire.decode(seal.Opener(fresh=False).open(answer)).kind
+        except wire.WireError:
+            return "ANSWER:" + wire.decode(answer).kind  # a refusal is not sealed
+    finally:
+        curve.install(None)
 
 
 def main(targets: list[str]) -> dict[str, dict[str, list[str]]]:

@@ -268,11 +268,22 @@ def test_create_watch_disturb_finish_fetch_delete(e2e: E2ECluster, tmp_path: Pat
 
     # --- inside the boundary, a pod without the secret key is refused by every endpoint it can
     # reach (issue 25): in plain text, and with a keypair of its own; the same pod with the
-    # experiment's key gets through (the control: the address is right, the network lets it in)
+    # experiment's key gets through (the control: the address is right, the network lets it in).
+    # On the sealed paths the refusal is per message: no parameters for a fetch without the key
     seen = curve_probe(e2e, NAME, tmp_path)
     print("curve probe:", json.dumps(seen))
     assert len(seen) >= 3, seen  # the parameter server, replay, tensorplex, loggerplex
+    assert any(a.startswith("ps-serve=") for a in seen), seen
     for addr, modes in seen.items():
+        if addr.startswith(("ps-serve=", "replay-collector")):
+            # sealed paths: plain sockets; what a peer without the key sends is refused message
+            # by message (tests/comm/test_seal.py counts the collectors' drops)
+            for mode in ("plain", "stranger", "member"):
+                assert "HANDSHAKE_SUCCEEDED" in modes[mode], (addr, mode, modes)
+            if addr.startswith("ps-serve="):
+                assert modes["member"][-1] == "ANSWER:params", modes
+                assert modes["plain"][-1] == modes["stranger"][-1] == "ANSWER:none", modes
+            continue
         assert "HANDSHAKE_SUCCEEDED" in modes["member"], (addr, modes)
         for mode in ("plain", "stranger"):
             assert "CONNECTED" in modes[mode], (addr, mode, modes)

@@ -9,7 +9,7 @@ from pathlib import Path
 import zmq
 from zmq.utils.monitor import recv_monitor_message
 
-from surreal_kube.comm import curve
+from surreal_kube.comm import curve, seal, wire
 from surreal_kube.comm.metrics import LogForwarder
 from surreal_kube.launch.keys import write_keys
 from tests.runtime.harness import LocalRun
@@ -86,14 +86,34 @@ def _handshake(kind: int, addr: str, **curve_options: bytes) -> int:
         sock.close(0)
 
 
+def _ask(addr: str, frames: list[bytes]) -> list[bytes]:
+    """A hand-made DEALER's request to `addr` (no CURVE) and the frames of its answer."""
+    sock = zmq.Context.instance().socket(zmq.DEALER)
+    sock.setsockopt(zmq.LINGER, 0)
+    try:
+        sock.connect(addr)
+        sock.send_multipart([b"", *frames])
+        assert sock.poll(10_000), f"no answer from {addr}"
+        _, *answer = sock.recv_multipart()
+        return answer
+    finally:
+        sock.close(0)
+
+
+def _no_parameters(answer: list[bytes]) -> bool:
+    """Whether an answer of the parameter server holds no parameters (a refusal)."""
+    return len(answer) == 1 and wire.decode(answer).kind == wire.NO_PARAMS
+
+
 def test_the_parameter_servers_in_pod_hop_is_plain_and_its_service_refuses_strangers(
     local_run,
 ) -> None:
     """Issue 25 item 2 at its price: the hop between the parameter server's proxy and its
     shard, which on Kubernetes is the pod's loopback (nothing outside the pod reaches it), is a
-    plain socket; the service other pods dial still refuses a peer without the key, and a
-    member agent fetches through both. Before, every frame of every fetch was encrypted and
-    decrypted once more on that hop."""
+    plain socket. The service other pods dial carries sealed fetches (`comm.seal`: sealed once
+    per publication, not encrypted per agent by CURVE): a peer may connect, but one without the
+    key, one with another experiment's key, and one that plays a member's request again get no
+    parameters; a member agent fetches through both hops."""
     import numpy as np
 
     from surreal_kube.comm.parameters import ParameterClient, ParameterPublisher
@@ -119,17 +139,17 @@ def test_the_parameter_servers_in_pod_hop_is_plain_and_its_service_refuses_stran
                 time.sleep(0.1)
         assert client.info is not None and client.info.iteration == 3
         assert _handshake(zmq.ROUTER, run.addr("ps-backend")) == zmq.EVENT_HANDSHAKE_SUCCEEDED
-        stranger = _handshake(zmq.DEALER, run.addr("ps-serve"))
-        assert stranger & FAILED
-        own_public, own_secret = zmq.curve_keypair()
-        other = _handshake(
-            zmq.DEALER,
-            run.addr("ps-serve"),
-            CURVE_SERVERKEY=keys.public,
-            CURVE_PUBLICKEY=own_public,
-            CURVE_SECRETKEY=own_secret,
-        )
-        assert other & FAILED
+
+        fetch = wire.encode(wire.FETCH, {"hash": None})
+        member_request = seal.seal(fetch)
+        answer = _ask(run.addr("ps-serve"), member_request)
+        assert wire.decode(seal.Opener(fresh=False).open(answer)).kind == wire.PARAMS
+        assert _no_parameters(_ask(run.addr("ps-serve"), member_request))  # played again
+        assert _no_parameters(_ask(run.addr("ps-serve"), fetch))  # no key at all
+        curve.install(curve.generate())  # another experiment's key
+        assert _no_parameters(_ask(run.addr("ps-serve"), seal.seal(fetch)))
+        curve.install(keys)
+        assert client.fetch() is None and client.last_outcome == "unchanged"
     finally:
         if client is not None:
             client.close()

@@ -1,0 +1,183 @@
+"""Sealed messages (`comm.seal`): what a seal proves, and what the sealed paths refuse."""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterator
+
+import numpy as np
+import pytest
+import zmq
+
+from surreal_kube.comm import curve, seal, wire
+from surreal_kube.comm.experience import ExperienceReceiver, ExperienceSender
+from surreal_kube.comm.sockets import make_socket
+
+
+@pytest.fixture
+def keys() -> Iterator[curve.CurveKeys]:
+    before = curve.installed()
+    mine = curve.generate()
+    curve.install(mine)
+    try:
+        yield mine
+    finally:
+        curve.install(before)
+
+
+def _message(n: int = 3) -> list[bytes]:
+    return wire.encode(wire.EXPERIENCE, {"n": n}, {"x": np.arange(n * 4, dtype=np.float32)})
+
+
+def _plain(frames: list[object]) -> list[bytes]:
+    return [bytes(memoryview(f)) for f in frames]  # type: ignore[arg-type]
+
+
+def test_without_keys_messages_travel_as_they_are() -> None:
+    before = curve.installed()
+    curve.install(None)
+    try:
+        frames = _message()
+        assert seal.seal(frames) == frames
+        assert seal.Opener(fresh=True).open(frames) == frames
+    finally:
+        curve.install(before)
+
+
+def test_a_sealed_message_opens_to_its_frames_and_hides_them(keys: curve.CurveKeys) -> None:
+    frames = _plain(_message())
+    sealed = seal.seal(frames)
+    assert len(sealed) == len(frames) + 1
+    assert all(frames[i] not in sealed[i + 1] for i in range(len(frames)))  # encrypted
+    assert [len(s) for s in sealed[1:]] == [len(f) + seal.TAG_BYTES for f in frames]
+    assert _plain(seal.Opener(fresh=True).open(sealed)) == frames
+    again = seal.seal(frames)
+    assert again[1:] != sealed[1:]  # a new number: never the same nonce twice
+
+
+def test_another_experiments_key_and_no_key_are_refused(keys: curve.CurveKeys) -> None:
+    opener = seal.Opener(fresh=True)
+    frames = _message()
+    with pytest.raises(wire.WireError, match="unsealed"):
+        opener.open(frames)  # a peer without any key: plain frames
+    curve.install(curve.generate())
+    foreign = seal.seal(frames)
+    curve.install(keys)
+    with pytest.raises(wire.WireError, match="unsealed"):
+        opener.open(foreign)
+
+
+@pytest.mark.parametrize("change", ["flip", "drop", "add", "swap", "header"])
+def test_a_changed_dropped_added_or_moved_frame_breaks_the_seal(
+    keys: curve.CurveKeys, change: str
+) -> None:
+    sealed = [bytes(f) for f in seal.seal(_plain(_message()))]
+    if change == "flip":
+        sealed[2] = sealed[2][:-1] + bytes([sealed[2][-1] ^ 1])
+    elif change == "drop":
+        del sealed[2]
+    elif change == "add":
+        sealed.append(sealed[2])
+    elif change == "swap":
+        sealed[1], sealed[2] = sealed[2], sealed[1]
+    else:  # the frame count in the header, with a frame more
+        header = bytearray(sealed[0])
+        header[-1] += 1
+        sealed = [bytes(header), *sealed[1:], sealed[1]]
+    with pytest.raises(wire.WireError, match="unsealed"):
+        seal.Opener(fresh=False).open(sealed)
+
+
+def test_a_fresh_receiver_refuses_a_message_played_again(keys: curve.CurveKeys) -> None:
+    first, second = seal.seal(_message()), seal.seal(_message())
+    fresh, lenient = seal.Opener(fresh=True), seal.Opener(fresh=False)
+    fresh.open(second)
+    with pytest.raises(wire.WireError, match="replayed"):
+        fresh.open(second)
+    with pytest.raises(wire.WireError, match="replayed"):
+        fresh.open(first)  # older than what it took
+    lenient.open(second)
+    lenient.open(second)  # a client handed the same sealed parameters twice
+
+
+def test_a_forked_process_seals_as_a_sender_of_its_own(
+    keys: curve.CurveKeys, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    parent = seal.seal(_message())[0]
+    monkeypatch.setattr(os, "getpid", lambda: -1)  # as in a child after fork
+    child = seal.seal(_message())[0]
+    sender = slice(4, 20)
+    assert parent[sender] != child[sender]  # else both would number from where they forked
+
+
+def test_strangers_take_no_place_among_a_receivers_senders(
+    keys: curve.CurveKeys, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The table of senders is bounded, and only a seal that opened takes a place in it: a
+    stranger's flood of made-up sender ids cannot push the members' numbers out (and with
+    them, the refusal of their replayed messages)."""
+    monkeypatch.setattr(seal, "MAX_SENDERS", 2)
+    opener = seal.Opener(fresh=True)
+    member = seal.seal(_message())
+    opener.open(member)
+    for _ in range(10):
+        fake = [seal._HEADER.pack(seal.MAGIC, os.urandom(16), 1, 1), os.urandom(40)]
+        with pytest.raises(wire.WireError, match="unsealed"):
+            opener.open(fake)
+    with pytest.raises(wire.WireError, match="replayed"):
+        opener.open(member)
+
+
+def _recv(receiver: ExperienceReceiver) -> tuple[wire.ArrayDict, int] | None:
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        got = receiver.recv(timeout_ms=100)
+        if got is not None:
+            return got
+    return None
+
+
+def test_a_collector_counts_strangers_and_replays_and_takes_its_members(
+    keys: curve.CurveKeys,
+) -> None:
+    """The experience path with the experiment's keys: the socket is plain (a peer may
+    connect), a keyless peer's well-formed experience is a counted drop, so is a member's
+    message played again, and a member's experience arrives."""
+    receiver = ExperienceReceiver("tcp://127.0.0.1:*", hwm=8)
+    stranger = make_socket(zmq.PUSH, connect=receiver.addr, sealed=True)
+    sender = ExperienceSender(receiver.addr, source="agent-0")
+    try:
+        items = {"x": np.ones((2, 3), np.float32)}
+        stranger.send_multipart(wire.encode(wire.EXPERIENCE, {"n": 2}, items))
+        # sealed by this process, as the sender's messages are: one sender, numbered in order
+        captured = seal.seal(wire.encode(wire.EXPERIENCE, {"n": 2}, items))
+        stranger.send_multipart(captured)
+        stranger.send_multipart(captured)  # played again
+        first = _recv(receiver)
+        assert first is not None and first[1] == 2
+        deadline = time.monotonic() + 10
+        while receiver.rejects.total < 2 and time.monotonic() < deadline:
+            assert receiver.recv(timeout_ms=100) is None  # the copy is refused, not taken
+        assert receiver.rejects.counts == {"unsealed": 1, "replayed": 1}
+        assert sender.send_stacked({"x": np.full((4, 3), 7, np.float32)}, 4)
+        second = _recv(receiver)
+        assert second is not None and second[1] == 4 and np.all(second[0]["x"] == 7)
+    finally:
+        stranger.close(0)
+        sender.close()
+        receiver.close()
+
+
+def test_a_sealed_socket_takes_the_largest_frame_its_owner_accepts(keys: curve.CurveKeys) -> None:
+    """MAXMSGSIZE counts the tag: a receiver that takes N bytes in plain text takes N sealed."""
+    limit = wire.MAX_HEADER_BYTES + 4096
+    receiver = ExperienceReceiver("tcp://127.0.0.1:*", max_bytes=limit)
+    sender = ExperienceSender(receiver.addr)
+    try:
+        assert sender.send_stacked({"x": np.zeros((1, limit), np.uint8)}, 1)
+        got = _recv(receiver)
+        assert got is not None and got[1] == 1 and got[0]["x"].nbytes == limit
+    finally:
+        sender.close()
+        receiver.close()
