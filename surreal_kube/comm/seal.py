@@ -23,9 +23,12 @@ What a seal proves and what it refuses:
   the nonce: a frame changed, dropped, added or moved breaks the seal.
 - Freshness. A sender draws a random 128-bit id when it starts (and again after a fork) and
   numbers its messages; a receiver that asks for it (`fresh=True`: experience, fetch requests)
-  takes each sender's messages only in increasing order, so a captured message cannot be played
-  again. Replies a client asked for are opened without it: a client may be handed the same
-  sealed parameters twice (its own re-fetch), and only the server it dialled can answer it.
+  takes each number of a sender once, so a captured message cannot be played again. Numbers may
+  arrive out of order (threads of one process share its id and reach a receiver on sockets of
+  their own): a window of the last `REPLAY_WINDOW` numbers below the highest seen remembers which
+  came, as IPsec does; older ones are refused. Replies a client asked for are opened without
+  it: a client may be handed the same sealed parameters twice (its own re-fetch), and only the
+  server it dialled can answer it.
 - Secrecy: AES-GCM encrypts, as CURVE did.
 
 Keys. The experiment key is blake2b of the secret key (keyed, personalised); each sender's key is
@@ -57,6 +60,8 @@ _HEADER = struct.Struct(">4s16sQI")
 HEADER_BYTES = _HEADER.size
 TAG_BYTES = 16
 """What sealing adds to each frame (the GCM tag); MAXMSGSIZE of a sealed socket adds it."""
+REPLAY_WINDOW = 1024
+"""How far below a sender's highest number a message may still arrive (once) at a fresh receiver."""
 MAX_SENDERS = 65_536
 """Senders a receiver keeps keys and message numbers for (the oldest are forgotten beyond)."""
 _PERSON = b"surreal-seal-v1"
@@ -134,14 +139,16 @@ def _bytes_like(frame: Any) -> memoryview:
 class Opener:
     """A receiver's side: opens sealed messages, refusing strangers' and replayed ones.
 
-    One per receiving socket. `fresh`: take each sender's messages in increasing order only
-    (a receiver of messages that strangers could capture and play again)."""
+    One per receiving socket. `fresh`: take each number of a sender at most once (a receiver
+    of messages that strangers could capture and play again)."""
 
     def __init__(self, *, fresh: bool) -> None:
         self.fresh = fresh
         self._keys: curve.CurveKeys | None = None
         self._master = b""
-        self._senders: OrderedDict[bytes, tuple[AESGCM, int]] = OrderedDict()
+        self._senders: OrderedDict[bytes, tuple[AESGCM, int, int]] = OrderedDict()
+        """sender id -> (its key, the highest number taken, a bit per number of the window
+        below it: bit i set when number highest - i was taken)."""
 
     def open(self, frames: Sequence[Any]) -> list[Any]:
         """The plain frames of a sealed message (`frames` as they are when no keys are
@@ -163,8 +170,11 @@ class Opener:
             raise WireError("unsealed", "a seal header that does not match its frames")
         known = self._senders.get(sender)
         aead = known[0] if known is not None else _sender_key(self._master, sender)
-        if self.fresh and known is not None and number <= known[1]:
-            raise WireError("replayed", f"message {number} of a sender already past it")
+        highest, seen = (0, 0) if known is None else known[1:]
+        if self.fresh and number <= highest:
+            behind = highest - number
+            if behind >= REPLAY_WINDOW or seen >> behind & 1:
+                raise WireError("replayed", f"message {number} of a sender: taken, or too old")
         prefix = number.to_bytes(8, "big")
         try:
             plain = [
@@ -178,7 +188,12 @@ class Opener:
         except (TypeError, ValueError, OverflowError) as exc:
             raise WireError("unsealed", f"{type(exc).__name__}") from exc
         # only a sender whose seal opened takes a place: strangers cannot evict members
-        self._senders[sender] = (aead, number if known is None else max(number, known[1]))
+        if number > highest:
+            seen = (seen << (number - highest) | 1) & ((1 << REPLAY_WINDOW) - 1)
+            highest = number
+        else:
+            seen |= 1 << (highest - number)
+        self._senders[sender] = (aead, highest, seen)
         self._senders.move_to_end(sender)
         while len(self._senders) > MAX_SENDERS:
             self._senders.popitem(last=False)
