@@ -90,13 +90,13 @@ def test_a_changed_dropped_added_or_moved_frame_breaks_the_seal(
 
 
 def test_a_fresh_receiver_refuses_a_message_played_again(keys: curve.CurveKeys) -> None:
-    first, second = seal.seal(_message()), seal.seal(_message())
+    sealed = seal.seal(_message())
     fresh, lenient = seal.Opener(fresh=True), seal.Opener(fresh=False)
-    fresh.open(second)
+    fresh.open(sealed)
     with pytest.raises(wire.WireError, match="replayed"):
-        fresh.open(second)
-    lenient.open(second)
-    lenient.open(second)  # a client handed the same sealed parameters twice
+        fresh.open(sealed)
+    lenient.open(sealed)
+    lenient.open(sealed)  # a client handed the same sealed parameters twice
 
 
 def test_a_senders_messages_out_of_order_are_each_taken_once(

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import zmq
 
-from surreal_kube.comm import wire
+from surreal_kube.comm import seal, wire
 from surreal_kube.comm.parameters import content_hash
 from surreal_kube.comm.sockets import make_socket
 
@@ -32,7 +32,8 @@ def test_parameters_of_another_model_are_dropped_and_counted(local_run, process:
     forged iteration as its version."""
     # an evaluator fetches once per snapshot: one a second, not one every default 10 s
     run = local_run({"evals": {"count": 1, "intervalSeconds": 1}})
-    server = make_socket(zmq.REP, bind=run.addresses["ps-serve"].bind)
+    server = make_socket(zmq.REP, bind=run.addresses["ps-serve"].bind, sealed=True)
+    opener = seal.Opener(fresh=True)  # a peer of the experiment's: sealed, if keys
     try:
         role = run.start(process)
         for n, params in enumerate(FORGED * 2):
@@ -42,15 +43,15 @@ def test_parameters_of_another_model_are_dropped_and_counted(local_run, process:
                 assert time.monotonic() < deadline, "the role never fetched"
             server.recv_multipart()
             meta = {"iteration": 10**9 + n, "hash": content_hash(params), "time": time.time()}
-            server.send_multipart(wire.encode(wire.PARAMS, meta, params))
+            server.send_multipart(seal.seal(wire.encode(wire.PARAMS, meta, params)))
         # it fetches again: alive, and still without parameters (it holds no forged version)
         deadline = time.monotonic() + 120
         while not server.poll(200):
             assert role.poll() is None, run.log_path(process).read_text()
             assert time.monotonic() < deadline, "the role never fetched again"
-        fetch = wire.decode(server.recv_multipart(), expect=(wire.FETCH,))
+        fetch = wire.decode(opener.open(server.recv_multipart()), expect=(wire.FETCH,))
         assert fetch.meta.get("hash") is None
-        server.send_multipart(wire.encode(wire.NO_PARAMS))
+        server.send_multipart(seal.seal(wire.encode(wire.NO_PARAMS)))
     finally:
         server.close(0)
     assert run.terminate(process)[0] == 0

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import zmq
 
-from surreal_kube.comm import wire
+from surreal_kube.comm import seal, wire
 from surreal_kube.comm.experience import ExperienceSender
 from surreal_kube.comm.sampling import READY, REPLY
 from surreal_kube.comm.sockets import make_socket
@@ -32,9 +32,10 @@ SPEC = {
 def shard(local_run):
     """(shard, a PULL-side sender of real items, the ROUTER playing the broker)."""
     run = local_run(SPEC)
-    broker = make_socket(zmq.ROUTER, bind=run.addresses["replay-sampler-backend"].bind)
     ctx = RoleContext.from_env(run.env("replay-shard-0"), role="replay-shard")
     role = ReplayShard(ctx)
+    # after the role: it declares its pod's endpoints (this one) plain, as the broker's must be
+    broker = make_socket(zmq.ROUTER, bind=run.addresses["replay-sampler-backend"].bind)
     sender = ExperienceSender([run.addr("replay-collector-0")], timeout=5.0, source="agents-0")
     try:
         yield role, sender, broker, run
@@ -61,8 +62,8 @@ def _until(role: ReplayShard, done, turns: int = 400) -> None:
 
 
 def _push(addr: str, frames: list) -> zmq.Socket:
-    sock = make_socket(zmq.PUSH, connect=addr)
-    sock.send_multipart(frames, copy=False)
+    sock = make_socket(zmq.PUSH, connect=addr, sealed=True)
+    sock.send_multipart(seal.seal(frames), copy=False)  # an insider's: sealed, if keys
     return sock
 
 
@@ -94,10 +95,10 @@ def test_a_huge_message_is_refused_unread_and_real_items_flow(shard):
     role, sender, _, run = shard
     huge = {"obs/low_dim": np.zeros((1, 5, 1_000_000), np.float32)}  # 20 MB
     huge.update({k: v[:1] for k, v in _real(role, 1).items() if k != "obs/low_dim"})
-    stranger = make_socket(zmq.PUSH)
+    stranger = make_socket(zmq.PUSH, sealed=True)
     monitor = stranger.get_monitor_socket(zmq.EVENT_DISCONNECTED)
     stranger.connect(run.addr("replay-collector-0"))
-    stranger.send_multipart(wire.encode(wire.EXPERIENCE, {"n": 1}, huge), copy=False)
+    stranger.send_multipart(seal.seal(wire.encode(wire.EXPERIENCE, {"n": 1}, huge)), copy=False)
     try:
         _until(role, lambda: monitor.poll(0) != 0)  # the shard's side hung up on it
         sender.send_stacked(_real(role, 4), 4)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import zmq
 
-from surreal_kube.comm import wire
+from surreal_kube.comm import seal, wire
 from surreal_kube.comm.sockets import make_socket
 from tests.runtime.test_replay_hostile import (  # noqa: F401 - shard: the fixture
     _credit_identity,
@@ -24,10 +24,10 @@ def test_dropped_items_count_no_env_steps(shard):  # noqa: F811 - the fixture
     role, sender, _, run = shard
     real = _real(role, 4)
     odd = {**real, "obs/low_dim": np.zeros((4, 5, 2), np.float32)}
-    stranger = make_socket(zmq.PUSH, connect=run.addr("replay-collector-0"))
+    stranger = make_socket(zmq.PUSH, connect=run.addr("replay-collector-0"), sealed=True)
     try:
         meta = {"n": 4, "x": 2, "src": "agents-0", "steps": 10**15}
-        stranger.send_multipart(wire.encode(wire.EXPERIENCE, meta, odd))
+        stranger.send_multipart(seal.seal(wire.encode(wire.EXPERIENCE, meta, odd)))
         _until(role, lambda: role.layout_errors == 1)
         assert role.receiver.env_steps == 0 and role.stats()["steps"] == 0
         sender.env_steps = 40
