@@ -15,7 +15,7 @@
 - Closed to strangers (issue 25; goal: at most 10 % slower than the same path open to all):
   the experience, sampling and parameter paths again as a local run wires them, Unix sockets in
   the run's private folder (`launch/local/sockets.py`), and as pods talk, TCP with the
-  experiment's keys: sealed messages on the experience and fetch paths (`comm.seal`), CURVE on
+  experiment's keys: sealed messages on the experience and parameter paths (`comm.seal`), CURVE on
   the others (`comm.curve`) but the hops inside one pod (a service to its shards, on the pod's
   loopback), each against the same path on plain TCP in the same run.
   Those paths run flat out, far above what agents send; the main job shows the price where it
@@ -649,7 +649,7 @@ def main() -> None:
             "higher",
         ),
         Row(
-            f"parameters on TCP with keys (sealed fetches): publish -> {AGENTS} agents hold 1 MB "
+            f"parameters on TCP with keys (sealed): publish -> {AGENTS} agents hold 1 MB "
             "(reference: plain TCP)",
             par["curve"],
             par["tcp"],

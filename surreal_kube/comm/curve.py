@@ -43,9 +43,10 @@ accepted in plain text.
 The bulk paths are sealed instead. CURVE encrypts every frame per connection (XSalsa20-Poly1305
 in libzmq, with two copies): the experience path ran at 0.67 and the 1 MB broadcast to 8 agents
 at 0.62 of plain TCP (`bench/comm.py`), the parameter server encrypting one megabyte per agent.
-The sockets of those two paths (`make_socket(sealed=True)`: the collectors and their senders,
-the parameter server's service and its clients) are plain, and every message on them is sealed
-with the same experiment's key (`comm.seal`); the installed keys switch both on together.
+The sockets of those paths (`make_socket(sealed=True)`: the collectors and their senders, the
+learner's publication and the shards' subscriptions, the parameter server's service and its
+clients) are plain, and every message on them is sealed with the same experiment's key
+(`comm.seal`); the installed keys switch both on together.
 """
 
 from __future__ import annotations

@@ -293,7 +293,7 @@ class ExperienceReceiver:
         self.sock = make_socket(
             zmq.PULL,
             rcvhwm=hwm,
-            max_msg_bytes=max(max_bytes, wire.MAX_HEADER_BYTES),
+            max_msg_bytes=max_bytes + wire.MAX_HEADER_BYTES,  # a sealed message is one frame
             sealed=True,
         )
         self.sock.setsockopt(zmq.RCVBUF, buffer_bytes)

@@ -8,9 +8,11 @@ client already holds; a shard answers `unchanged` (a few bytes) when it has noth
 agents can fetch often without moving megabytes. Shards forward the publication's frames as they
 arrived, without decoding or copying the arrays.
 
-With the experiment's keys installed, fetches and answers are sealed (`comm.seal`): a client
-seals its request, the shard opens it (refusing strangers' and replayed requests) and answers
-with sealed frames; a publication is sealed once by each shard, whatever the number of agents.
+With the experiment's keys installed, publications, fetches and answers are sealed
+(`comm.seal`): the learner seals a publication once, the shards open it to read its info and
+answer fetches with it as it came, and each agent opens it: one encryption per publication,
+whatever the number of shards and agents. A client seals its request, the shard opens it
+(refusing strangers' and replayed requests).
 
 The client follows the "lazy pirate" pattern: a REQ socket that times out is in a state where it
 cannot send again, so it is closed and rebuilt; `on_fetch_parameter_failed` tells the owner (which
@@ -152,7 +154,7 @@ class ParameterPublisher:
             "time": info.time,
             "env_steps": info.env_steps,
         }
-        frames = wire.encode(wire.PARAMS, meta, arrays)
+        frames = seal.seal(wire.encode(wire.PARAMS, meta, arrays))
         with self._lock:
             self._latest = frames
             self._fresh = True
@@ -174,7 +176,11 @@ class ParameterPublisher:
         try:
             # what comes back on an XPUB is (un)subscriptions: a byte and a topic
             sock = make_socket(
-                zmq.XPUB, bind=self._bind, sndhwm=self._hwm, max_msg_bytes=SUBSCRIPTION_BYTES
+                zmq.XPUB,
+                bind=self._bind,
+                sndhwm=self._hwm,
+                max_msg_bytes=SUBSCRIPTION_BYTES,
+                sealed=True,
             )
             sock.setsockopt(zmq.XPUB_VERBOSE, 1)
             self.addr = bound_address(sock)
@@ -275,19 +281,22 @@ class ParameterShard:
             connect=publish_addr,
             rcvhwm=4,
             reconnect_max_ms=100,
-            max_msg_bytes=max(max_bytes, wire.MAX_HEADER_BYTES),
+            max_msg_bytes=max_bytes + wire.MAX_HEADER_BYTES,
+            sealed=True,
         )
         self.sub.setsockopt(zmq.SUBSCRIBE, b"")
         self.rep = make_socket(
             zmq.REP, connect=backend_addr, max_msg_bytes=FETCH_BYTES + seal.TAG_BYTES
         )
         self._opener = seal.Opener(fresh=True)
+        self._publications = seal.Opener(fresh=False)  # a republish comes as it was sealed
         self._max_bytes = max_bytes
         self._poller = zmq.Poller()
         self._poller.register(self.sub, zmq.POLLIN)
         self._poller.register(self.rep, zmq.POLLIN)
         self.frames: list[Any] | None = None
-        """The newest publication, as fetches are answered with it (sealed once, if keys)."""
+        """The newest publication, as it came (sealed by the learner, if keys): fetches are
+        answered with it."""
         self.info: ParameterInfo | None = None
         self.rejects = wire.Rejects(log)
         self.updates = 0
@@ -311,8 +320,11 @@ class ParameterShard:
                 frames = self.sub.recv_multipart(zmq.NOBLOCK, copy=False)
             except zmq.Again:
                 return
+            opened = seal.try_open(self._publications, frames, self.rejects, "publish")
+            if opened is None:
+                continue
             msg = wire.try_decode(
-                frames,
+                opened,
                 self.rejects,
                 expect=(wire.PARAMS,),
                 max_bytes=self._max_bytes,
@@ -327,7 +339,7 @@ class ParameterShard:
                 continue
             if self.info is None or info.hash != self.info.hash:
                 self.updates += 1
-            self.frames, self.info = seal.seal(frames), info
+            self.frames, self.info = list(frames), info  # sealed by the learner, if keys
 
     def _answer(self, frames: list[zmq.Frame]) -> None:
         self.fetches += 1
@@ -367,7 +379,7 @@ class ParameterShard:
 def parameter_proxy(serve: str, backend: str, *, max_bytes: int | None = None) -> Forwarder:
     """The parameter server's front, started: agents' fetches on `serve` spread over the shards
     that connect to `backend`. Its front carries sealed messages, opened by the shards
-    (`comm.seal`); `max_bytes`: the largest parameter frame a shard answers with."""
+    (`comm.seal`); `max_bytes`: the largest parameter payload a shard answers with."""
     return Forwarder(
         zmq.ROUTER,
         serve,
@@ -375,7 +387,9 @@ def parameter_proxy(serve: str, backend: str, *, max_bytes: int | None = None) -
         backend,
         name="ps-proxy",
         frontend_max_bytes=FETCH_BYTES,
-        backend_max_bytes=max_bytes,
+        backend_max_bytes=(
+            None if max_bytes is None else max_bytes + wire.MAX_HEADER_BYTES + seal.TAG_BYTES
+        ),
         frontend_sealed=True,
     ).start()
 
@@ -415,7 +429,7 @@ class ParameterClient:
             zmq.REQ,
             connect=self.addr,
             sndtimeo_ms=int(self.timeout * 1000),
-            max_msg_bytes=max(self._max_bytes, wire.MAX_HEADER_BYTES),
+            max_msg_bytes=self._max_bytes + wire.MAX_HEADER_BYTES,
             sealed=True,
         )
 

@@ -1,38 +1,42 @@
-"""Sealed messages: the bulk paths' answer to "peers that prove who they are", at a tenth of
+"""Sealed messages: the bulk paths' answer to "peers that prove who they are", at a fraction of
 CURVE's price.
 
-The two paths whose bytes grow with the fleet, experience (every agent's stream into the replay
-shards) and parameter fetches (one megabyte per agent per publication), move on plain sockets,
-each message sealed with AES-256-GCM under a key derived from the experiment's secret key (the
-CURVE keypair's secret half: no new key to distribute). The rest (sampling, publication, metrics,
-logs) keeps CURVE (`comm.curve`): their rates are small or their peers few.
+The paths whose bytes grow with the fleet, experience (every agent's stream into the replay
+shards) and parameters (the learner's publication to the parameter-server shards, one megabyte
+per agent per publication fetched from them), move on plain sockets, each message sealed with
+AES-256-GCM under a key derived from the experiment's secret key (the CURVE keypair's secret
+half: no new key to distribute). The rest (sampling, metrics, logs) keeps CURVE (`comm.curve`):
+their rates are small, or their heavy hops inside one pod and plain.
 
 Why not CURVE there: libzmq encrypts each frame with XSalsa20-Poly1305 per connection, twice
 copied; the parameter server encrypted the same megabyte once per agent, and each shard
 decrypted every agent's stream: flat out, experience ran at 0.67 and the 1 MB broadcast at 0.62
 of plain TCP (`bench/comm.py`, issue 25's goal 0.9). AES-GCM runs on the CPU's AES and carry-less
-multiply units (measured here: 9-12 GB/s a core, against CURVE's ~0.8 GB/s), and a parameter
-set is sealed once per publication by each shard, then handed to every agent as the same bytes.
+multiply units (measured here: 9-12 GB/s a core, against CURVE's ~0.8 GB/s). A parameter set is
+sealed once, by the learner: shards and the proxy hand the same bytes to every agent. A message
+is one ciphertext, whatever its frames: one cipher call and one tag, where a call per frame cost
+twice the time on messages of a few frames.
 
 What a seal proves and what it refuses:
 - Who. A peer without the experiment's secret key cannot make a seal that opens: its message is
   a counted drop (`wire.Rejects`, reason `unsealed`), before it is decoded. It can still connect
   (the socket is plain): the NetworkPolicy keeps everyone but the experiment's pods away, and a
   connection that only sends refused messages costs the receiver one tag check per message.
-- Integrity and order. Each frame is sealed with the header as associated data and its index in
-  the nonce: a frame changed, dropped, added or moved breaks the seal.
+- Integrity. The frames' lengths are in the seal's header, which is the ciphertext's associated
+  data: a byte changed, a frame cut elsewhere, dropped or added breaks the seal.
 - Freshness. A sender draws a random 128-bit id when it starts (and again after a fork) and
   numbers its messages; a receiver that asks for it (`fresh=True`: experience, fetch requests)
   takes each number of a sender once, so a captured message cannot be played again. Numbers may
   arrive out of order (threads of one process share its id and reach a receiver on sockets of
   their own): a window of the last `REPLAY_WINDOW` numbers below the highest seen remembers which
-  came, as IPsec does; older ones are refused. Replies a client asked for are opened without
-  it: a client may be handed the same sealed parameters twice (its own re-fetch), and only the
-  server it dialled can answer it.
-- Secrecy: AES-GCM encrypts, as CURVE did.
+  came, as IPsec does; older ones are refused. Replies a client asked for, and publications,
+  are opened without it: the same sealed parameters come again (a republish, a re-fetch), and
+  only the server a client dialled or the learner a shard subscribed to can send them.
+- Secrecy: AES-GCM encrypts, as CURVE did: a keyless subscriber to the learner's publication
+  gets ciphertext (and at most one resend each `RESEND_SECONDS`, `comm.parameters`).
 
 Keys. The experiment key is blake2b of the secret key (keyed, personalised); each sender's key is
-blake2b of its id under it, so nonces (the message number and frame index) are never reused
+blake2b of its id under it, so nonces (the message number) are never reused
 under one key, whatever the number of senders and restarts.
 """
 
@@ -51,15 +55,18 @@ import zmq.utils.z85
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
-from surreal_kube.comm import curve
+from surreal_kube.comm import curve, wire
 from surreal_kube.comm.wire import Rejects, WireError
 
-MAGIC = b"SKS1"
+MAGIC = b"SKS2"
 _HEADER = struct.Struct(">4s16sQI")
-"""magic, sender id, message number, frame count."""
+"""magic, sender id, message number, frame count; then each frame's length (`_LENGTH`)."""
+_LENGTH = struct.Struct(">Q")
 HEADER_BYTES = _HEADER.size
+MAX_FRAMES = wire.MAX_ARRAYS + 1
+"""A message's frames: the wire header and one per array."""
 TAG_BYTES = 16
-"""What sealing adds to each frame (the GCM tag); MAXMSGSIZE of a sealed socket adds it."""
+"""What sealing adds to a message's bytes (the GCM tag); MAXMSGSIZE of a sealed socket adds it."""
 REPLAY_WINDOW = 1024
 """How far below a sender's highest number a message may still arrive (once) at a fresh receiver."""
 MAX_SENDERS = 65_536
@@ -88,15 +95,18 @@ class _Sealer:
 
     def seal(self, frames: Sequence[Any]) -> list[Any]:
         number = next(self._numbers)  # atomic under the GIL: threads never share a number
-        header = _HEADER.pack(MAGIC, self.sender, number, len(frames))
-        prefix = number.to_bytes(8, "big")
-        return [
-            header,
-            *(
-                self.aead.encrypt(prefix + i.to_bytes(4, "big"), _bytes_like(f), header)
-                for i, f in enumerate(frames)
-            ),
-        ]
+        views = [_bytes_like(f) for f in frames]
+        header = _HEADER.pack(MAGIC, self.sender, number, len(views)) + b"".join(
+            _LENGTH.pack(v.nbytes) for v in views
+        )
+        # one ciphertext for the message: one cipher call and one tag, where a call per frame
+        # cost twice the time on messages of a few frames (bench/comm.py's experience rows)
+        blob = views[0] if len(views) == 1 else b"".join(views)
+        return [header, self.aead.encrypt(_nonce(number), blob, header)]
+
+
+def _nonce(number: int) -> bytes:
+    return number.to_bytes(12, "big")
 
 
 _sealer: _Sealer | None = None
@@ -159,14 +169,14 @@ class Opener:
         if keys is not self._keys:
             self._keys, self._master = keys, _experiment_key(keys)
             self._senders.clear()
-        if not frames:
-            raise WireError("unsealed", "an empty message")
+        if len(frames) != 2:
+            raise WireError("unsealed", "not a seal header and one sealed frame")
         first = _bytes_like(frames[0])
-        if first.nbytes != HEADER_BYTES:
+        if not HEADER_BYTES <= first.nbytes <= HEADER_BYTES + MAX_FRAMES * _LENGTH.size:
             raise WireError("unsealed", "no seal header (a peer without the experiment's key?)")
         header = first.tobytes()
-        magic, sender, number, count = _HEADER.unpack(header)
-        if magic != MAGIC or count != len(frames) - 1:
+        magic, sender, number, count = _HEADER.unpack_from(header)
+        if magic != MAGIC or first.nbytes != HEADER_BYTES + count * _LENGTH.size:
             raise WireError("unsealed", "a seal header that does not match its frames")
         known = self._senders.get(sender)
         aead = known[0] if known is not None else _sender_key(self._master, sender)
@@ -175,18 +185,23 @@ class Opener:
             behind = highest - number
             if behind >= REPLAY_WINDOW or seen >> behind & 1:
                 raise WireError("replayed", f"message {number} of a sender: taken, or too old")
-        prefix = number.to_bytes(8, "big")
+        lengths = struct.unpack_from(f">{count}Q", header, HEADER_BYTES)
+        blob = _bytes_like(frames[1])
+        if sum(lengths) + TAG_BYTES != blob.nbytes:
+            raise WireError("unsealed", "frame lengths that do not add up to the sealed frame")
+        plain = memoryview(bytearray(blob.nbytes - TAG_BYTES))  # writable, as frames are
         try:
-            plain = [
-                aead.decrypt(prefix + i.to_bytes(4, "big"), _bytes_like(f), header)
-                for i, f in enumerate(frames[1:])
-            ]
+            aead.decrypt_into(_nonce(number), blob, header, plain)
         except InvalidTag:
             raise WireError(
                 "unsealed", "a seal that does not open with the experiment's key"
             ) from None
         except (TypeError, ValueError, OverflowError) as exc:
             raise WireError("unsealed", f"{type(exc).__name__}") from exc
+        opened, offset = [], 0
+        for n in lengths:
+            opened.append(plain[offset : offset + n])
+            offset += n
         # only a sender whose seal opened takes a place: strangers cannot evict members
         if number > highest:
             seen = (seen << (number - highest) | 1) & ((1 << REPLAY_WINDOW) - 1)
@@ -197,7 +212,7 @@ class Opener:
         self._senders.move_to_end(sender)
         while len(self._senders) > MAX_SENDERS:
             self._senders.popitem(last=False)
-        return plain
+        return opened
 
 
 def try_open(

@@ -229,9 +229,10 @@ def test_shard_counts_malformed_publications_and_requests():
         meta = {"iteration": 3, "hash": digest, "time": time.time()}
         deadline = time.monotonic() + 10
         while client.hash != digest and time.monotonic() < deadline:
-            pub.send_multipart([b"\x93garbage"])
-            pub.send_multipart(wire.encode(wire.PARAMS, {"iteration": "x"}, good))
-            pub.send_multipart(wire.encode(wire.PARAMS, meta, good), copy=False)
+            # sealed as the learner's are, if keys: the shard opens them, then finds them wrong
+            pub.send_multipart(seal.seal([b"\x93garbage"]))
+            pub.send_multipart(seal.seal(wire.encode(wire.PARAMS, {"iteration": "x"}, good)))
+            pub.send_multipart(seal.seal(wire.encode(wire.PARAMS, meta, good)), copy=False)
             time.sleep(0.05)
             client.fetch()
         assert client.hash == digest
