@@ -23,7 +23,9 @@ What a seal proves and what it refuses:
   (the socket is plain): the NetworkPolicy keeps everyone but the experiment's pods away, and a
   connection that only sends refused messages costs the receiver one tag check per message.
 - Integrity. The frames' lengths are in the seal's header, which is the ciphertext's associated
-  data: a byte changed, a frame cut elsewhere, dropped or added breaks the seal.
+  data: a byte changed, a frame cut elsewhere, dropped or added breaks the seal. So a parameter
+  client with keys takes the learner's seal for the content hash it would otherwise compute
+  again (`comm.parameters`: a millisecond per megabyte and agent).
 - Freshness. A sender draws a random 128-bit id when it starts (and again after a fork) and
   numbers its messages; a receiver that asks for it (`fresh=True`: experience, fetch requests)
   takes each number of a sender once, so a captured message cannot be played again. Numbers may
@@ -51,6 +53,7 @@ from collections import OrderedDict
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
 import zmq.utils.z85
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
@@ -189,7 +192,8 @@ class Opener:
         blob = _bytes_like(frames[1])
         if sum(lengths) + TAG_BYTES != blob.nbytes:
             raise WireError("unsealed", "frame lengths that do not add up to the sealed frame")
-        plain = memoryview(bytearray(blob.nbytes - TAG_BYTES))  # writable, as frames are
+        # writable, as received frames are; numpy's allocator, not zero-filled like a bytearray
+        plain = np.empty(blob.nbytes - TAG_BYTES, np.uint8).data
         try:
             aead.decrypt_into(_nonce(number), blob, header, plain)
         except InvalidTag:

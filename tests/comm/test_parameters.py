@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import zmq
 
-from surreal_kube.comm import seal, wire
+from surreal_kube.comm import curve, seal, wire
 from surreal_kube.comm.parameters import (
     FetchSchedule,
     ParameterClient,
@@ -277,8 +277,18 @@ def test_a_shard_does_not_back_off_from_the_learner_that_binds_last():
         shard.close()
 
 
-def test_a_client_drops_parameters_that_do_not_match_their_hash():
-    """A peer that joined the parameter server (a REP socket on its backend) served forged or
+@pytest.fixture
+def no_keys() -> Iterator[None]:
+    """A run without the experiment's keys (locally): nothing is sealed (`comm.seal`)."""
+    before = curve.installed()
+    curve.install(None)
+    yield
+    curve.install(before)
+
+
+def test_a_client_drops_parameters_that_do_not_match_their_hash(no_keys: None) -> None:
+    """Without keys (with them, a stranger's set does not open: tests/comm/test_seal.py), a
+    peer that joined the parameter server (a REP socket on its backend) served forged or
     corrupted parameters, and agents loaded them: now they are dropped and counted. A refused
     answer is not an unreachable server: the agent logged "did not answer within 2.0s" and
     "reachable again" at every forged fetch (40 a second on CartPole)."""
