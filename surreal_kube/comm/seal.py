@@ -106,7 +106,8 @@ class _Sealer:
         )
         # one ciphertext for the message: one cipher call and one tag, where a call per frame
         # cost twice the time on messages of a few frames (bench/comm.py's experience rows)
-        blob = parts[0] if len(parts) == 1 else b"".join(parts)
+        # (the cipher takes a flat buffer: a lone array frame is joined too)
+        blob = parts[0] if len(parts) == 1 and isinstance(parts[0], bytes) else b"".join(parts)
         return [header, self.aead.encrypt(_nonce(number), blob, header)]
 
 

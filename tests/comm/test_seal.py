@@ -256,3 +256,10 @@ def test_with_keys_a_client_takes_the_seal_for_the_hash_and_refuses_a_strangers_
     finally:
         client.close()
         server.close(0)
+
+
+def test_a_message_of_one_array_frame_seals(keys: curve.CurveKeys) -> None:
+    """The cipher refuses a multi-dimensional array as its input: a lone frame is joined."""
+    array = np.arange(12, dtype=np.float32).reshape(3, 4)
+    opened = seal.Opener(fresh=True).open(seal.seal([array]))
+    assert bytes(opened[0]) == array.tobytes()
