@@ -16,6 +16,8 @@ pod-private (see `comm.curve`) or it carries sealed messages (`sealed`, see `com
 from __future__ import annotations
 
 import random
+import time
+from collections.abc import Callable
 from typing import Any
 
 import zmq
@@ -25,6 +27,8 @@ from surreal_kube.comm import curve, seal
 DEFAULT_LINGER_MS = 0
 RECONNECT_JITTER_MS = 25
 DEFAULT_HWM = 64
+DRAIN_QUIET_S = 0.3
+DRAIN_LIMIT_S = 2.0
 
 
 def context() -> zmq.Context[zmq.Socket[bytes]]:
@@ -124,6 +128,35 @@ def connect_and_wait(sock: zmq.Socket[bytes], addr: str, timeout: float) -> bool
         sock.disable_monitor()
         monitor.close(0)
     return ok
+
+
+def drain(
+    sock: zmq.Socket[bytes],
+    handle: Callable[[list[Any]], None],
+    *,
+    quiet_s: float = DRAIN_QUIET_S,
+    limit_s: float = DRAIN_LIMIT_S,
+) -> int:
+    """Hand `handle` what arrives until the socket has been quiet for `quiet_s`; returns the count.
+
+    A receiver that stops (SIGTERM at the end of a run) should still take what its peers sent
+    just before: a peer that has already exited may have left its last messages in the kernel
+    or in this process's I/O thread, where a non-blocking receive does not see them yet. Bounded
+    by `limit_s`, so a peer that keeps sending cannot hold the stop.
+    """
+    taken = 0
+    deadline = time.monotonic() + limit_s
+    while True:
+        left = deadline - time.monotonic()
+        if left <= 0 or not sock.poll(int(min(quiet_s, left) * 1000), zmq.POLLIN):
+            return taken
+        while True:
+            try:
+                frames = sock.recv_multipart(zmq.NOBLOCK, copy=False)
+            except zmq.Again:
+                break
+            handle(frames)
+            taken += 1
 
 
 def bound_address(sock: zmq.Socket[bytes]) -> str:

@@ -21,7 +21,7 @@ from typing import IO, Any
 import zmq
 
 from surreal_kube.comm import wire
-from surreal_kube.comm.sockets import make_socket
+from surreal_kube.comm.sockets import drain, make_socket
 from surreal_kube.runtime.base import RoleBase, topology_sources
 from surreal_kube.runtime.context import RoleContext
 from surreal_kube.runtime.lifecycle import Every, StopFlag
@@ -144,12 +144,8 @@ class LoggerplexRole(RoleBase):
                 self.files.flush()
 
     def close(self) -> None:
-        """Write what already arrived, then close the files and the socket."""
-        while True:
-            try:
-                self.handle(self.sock.recv_multipart(zmq.NOBLOCK, copy=False))
-            except zmq.Again:
-                break
+        """Write what was sent before the stop, then close the files and the socket."""
+        drain(self.sock, self.handle)
         self.files.close()
         self.sock.close(0)
         super().close()

@@ -37,7 +37,7 @@ from tensorboard.compat.proto import event_pb2, summary_pb2
 from tensorboard.summary.writer.event_file_writer import EventFileWriter
 
 from surreal_kube.comm import wire
-from surreal_kube.comm.sockets import make_socket
+from surreal_kube.comm.sockets import drain, make_socket
 from surreal_kube.runtime.base import RoleBase, topology_sources
 from surreal_kube.runtime.conductor import Conductor
 from surreal_kube.runtime.context import RoleContext
@@ -328,12 +328,7 @@ class TensorplexRole(RoleBase):
 
     def close(self) -> None:
         """Flush and close the event files and the socket."""
-        # Take what is already queued before closing, so a SIGTERM loses nothing that arrived.
-        while True:
-            try:
-                self.handle(self.sock.recv_multipart(zmq.NOBLOCK, copy=False))
-            except zmq.Again:
-                break
+        drain(self.sock, self.handle)  # a SIGTERM loses nothing sent just before it
         self._write_own(0.0)
         if self.reporter is not None:
             self.reporter.stop()
