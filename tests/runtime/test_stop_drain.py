@@ -60,10 +60,9 @@ def test_drain_stops_at_its_limit_under_a_peer_that_keeps_sending():
     thread = threading.Thread(target=flood)
     thread.start()
     try:
-        started = time.monotonic()
+        # returns although the peer never falls quiet for 0.2 s (the suite's timeout otherwise)
         taken = drain(pull, lambda frames: None, quiet_s=0.2, limit_s=0.5)
-        assert taken > 0
-        assert time.monotonic() - started < 5.0  # bounded by limit_s, not by the peer
+        assert taken > 0 and thread.is_alive()
     finally:
         stop.set()
         thread.join()
