@@ -33,9 +33,11 @@ def shard(local_run):
     """(shard, a PULL-side sender of real items, the ROUTER playing the broker)."""
     run = local_run(SPEC)
     ctx = RoleContext.from_env(run.env("replay-shard-0"), role="replay-shard")
-    role = ReplayShard(ctx)
-    # after the role: it declares its pod's endpoints (this one) plain, as the broker's must be
+    # The broker before the shard, which waits up to 5 s for it. The hop is inside the pod, so
+    # the broker's socket is plain: declared so as the shard's role does (with keys installed).
+    ctx.addr("replay-sampler-backend")
     broker = make_socket(zmq.ROUTER, bind=run.addresses["replay-sampler-backend"].bind)
+    role = ReplayShard(ctx)
     sender = ExperienceSender([run.addr("replay-collector-0")], timeout=5.0, source="agents-0")
     try:
         yield role, sender, broker, run
