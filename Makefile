@@ -61,8 +61,10 @@ run: install
 # first may still run: with warm caches the builds take seconds and the two tiers overlap (each
 # leaves over half of the 2 cores idle, waiting on processes, pods and the API server). The first
 # tier's output (build/test-first-tier.log) is shown when both are done; in the background it
-# still takes Ctrl-C like a foreground run (tests/conftest.py). PYTEST_ARGS go to both (a tier
-# that selects nothing, exit 5, is not a failure). Each tier names its 15 slowest tests: where
+# still takes Ctrl-C like a foreground run (tests/conftest.py). The second tier's end-to-end
+# tests (marker e2e: their own cluster and real node, mostly waiting on pods that learn) run
+# beside the rest of it, in the background too (build/test-e2e.log). PYTEST_ARGS go to each (a
+# run that selects nothing, exit 5, is not a failure). Each names its 15 slowest tests: where
 # the suite's time goes, the list to make cheaper first (docs/development.md).
 FIRST_TIER := not cluster and not node and not e2e
 test: install deb controlplane
@@ -73,11 +75,15 @@ test: install deb controlplane
 	if ! wait $$builds; then cat "$$log"; rm -f "$$log"; kill -INT $$tier 2>/dev/null; \
 	  wait $$tier; cat "$$out"; \
 	  echo "make test: building the node or the cluster add-ons failed" >&2; exit 1; fi; \
-	cat "$$log"; rm -f "$$log"; \
-	$(PYTHON) -m pytest -q --durations=15 -m "not ($(FIRST_TIER))" $(PYTEST_ARGS); second=$$?; \
+	cat "$$log"; rm -f "$$log"; e2e=build/test-e2e.log; \
+	( exec $(PYTHON) -m pytest -q --durations=15 -m "e2e" $(PYTEST_ARGS) >"$$e2e" 2>&1 ) & ends=$$!; \
+	echo "make test: the end-to-end tests run in the background ($$e2e; shown after the second tier)"; \
+	$(PYTHON) -m pytest -q --durations=15 -m "not ($(FIRST_TIER)) and not e2e" $(PYTEST_ARGS); second=$$?; \
+	wait $$ends; third=$$?; \
+	echo "make test: the end-to-end tests' output"; cat "$$e2e"; \
 	wait $$tier; first=$$?; \
 	echo "make test: the first tier's output"; cat "$$out"; \
-	for rc in $$first $$second; do [ $$rc -eq 0 ] || [ $$rc -eq 5 ] || exit $$rc; done
+	for rc in $$first $$second $$third; do [ $$rc -eq 0 ] || [ $$rc -eq 5 ] || exit $$rc; done
 
 test-fast: install
 	$(PYTHON) -m pytest -q -m "not cluster and not learning and not podman and not slow" $(PYTEST_ARGS)
