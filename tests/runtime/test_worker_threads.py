@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 import zmq
 
-from surreal_kube.comm import parameters
+from surreal_kube.comm import parameters, seal
 from surreal_kube.comm.parameters import ParameterPublisher
 from surreal_kube.comm.sockets import connect_and_wait, make_socket
 from surreal_kube.experiment.resolve import dump_yaml, resolve_experiment
@@ -138,7 +138,7 @@ def test_a_subscribe_storm_makes_at_most_one_resend_per_window(
     monkeypatch.setattr(parameters, "RESEND_SECONDS", 3600.0)
     pub = ParameterPublisher("tcp://127.0.0.1:*", republish_seconds=3600.0)
     params = {"w": np.arange(1000, dtype=np.float32)}
-    observer = make_socket(zmq.SUB, connect=pub.addr)
+    observer = make_socket(zmq.SUB, connect=pub.addr, sealed=True)  # as a shard connects
     storm: list[zmq.Socket[bytes]] = []
     try:
         pub.publish(params, 1)  # no subscriber yet: sent to nobody
@@ -153,7 +153,7 @@ def test_a_subscribe_storm_makes_at_most_one_resend_per_window(
         got = [observer.recv_multipart()]
         for _ in range(20):
             # its queue holds the whole storm (an XSUB drops what is above its high-water mark)
-            sock = make_socket(zmq.XSUB, sndhwm=100_000)
+            sock = make_socket(zmq.XSUB, sndhwm=100_000, sealed=True)
             storm.append(sock)
             # connected first: an XSUB sends what it is told only to the peers it has
             assert connect_and_wait(sock, pub.addr, 10.0)
@@ -169,7 +169,8 @@ def test_a_subscribe_storm_makes_at_most_one_resend_per_window(
         assert observer.poll(10_000), "the marker never came"
         while observer.poll(200):
             got.append(observer.recv_multipart())
-        iterations = [parameters.wire.decode(f).meta["iteration"] for f in got]
+        opener = seal.Opener(fresh=False)  # sealed by the publisher, if keys
+        iterations = [parameters.wire.decode(opener.open(f)).meta["iteration"] for f in got]
         assert iterations == [1, 2], iterations  # the observer's resend, the marker
         assert pub.published == 3  # the first publication (to nobody), the resend, the marker
         assert pub.subscriptions == expected
