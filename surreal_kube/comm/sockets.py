@@ -150,13 +150,21 @@ def drain(
         left = deadline - time.monotonic()
         if left <= 0 or not sock.poll(int(min(quiet_s, left) * 1000), zmq.POLLIN):
             return taken
-        while True:
-            try:
-                frames = sock.recv_multipart(zmq.NOBLOCK, copy=False)
-            except zmq.Again:
-                break
-            handle(frames)
-            taken += 1
+        taken += take_waiting(sock, handle)
+
+
+def take_waiting(
+    sock: zmq.Socket[bytes], handle: Callable[[list[Any]], None], most: int = 1000
+) -> int:
+    """Hand `handle` the messages already queued, at most `most` (a loop that also has timers
+    to keep gets back to them under a flood); returns the count."""
+    for taken in range(most):
+        try:
+            frames = sock.recv_multipart(zmq.NOBLOCK, copy=False)
+        except zmq.Again:
+            return taken
+        handle(frames)
+    return most
 
 
 def bound_address(sock: zmq.Socket[bytes]) -> str:

@@ -21,7 +21,7 @@ from typing import IO, Any
 import zmq
 
 from surreal_kube.comm import wire
-from surreal_kube.comm.sockets import drain, make_socket
+from surreal_kube.comm.sockets import drain, make_socket, take_waiting
 from surreal_kube.runtime.base import RoleBase, topology_sources
 from surreal_kube.runtime.context import RoleContext
 from surreal_kube.runtime.lifecycle import Every, StopFlag
@@ -134,12 +134,7 @@ class LoggerplexRole(RoleBase):
         flush = Every(1.0)
         while not self.stop.is_set():
             if self.sock.poll(100, zmq.POLLIN):
-                for _ in range(1000):
-                    try:
-                        frames = self.sock.recv_multipart(zmq.NOBLOCK, copy=False)
-                    except zmq.Again:
-                        break
-                    self.handle(frames)
+                take_waiting(self.sock, self.handle)
             if flush():
                 self.files.flush()
 

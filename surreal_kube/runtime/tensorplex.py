@@ -37,7 +37,7 @@ from tensorboard.compat.proto import event_pb2, summary_pb2
 from tensorboard.summary.writer.event_file_writer import EventFileWriter
 
 from surreal_kube.comm import wire
-from surreal_kube.comm.sockets import drain, make_socket
+from surreal_kube.comm.sockets import drain, make_socket, take_waiting
 from surreal_kube.runtime.base import RoleBase, topology_sources
 from surreal_kube.runtime.conductor import Conductor
 from surreal_kube.runtime.context import RoleContext
@@ -303,12 +303,7 @@ class TensorplexRole(RoleBase):
             self.reporter.start()
         while not self.stop.is_set():
             if self.sock.poll(100, zmq.POLLIN):
-                for _ in range(1000):
-                    try:
-                        frames = self.sock.recv_multipart(zmq.NOBLOCK, copy=False)
-                    except zmq.Again:
-                        break
-                    self.handle(frames)
+                take_waiting(self.sock, self.handle)
             if flush():
                 self._write_own(rate.rate(self.received))
                 self.writer.flush()

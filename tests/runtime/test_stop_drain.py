@@ -16,7 +16,7 @@ import zmq
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from surreal_kube.comm.metrics import MetricsClient
-from surreal_kube.comm.sockets import bind_any_port, drain, make_socket
+from surreal_kube.comm.sockets import bind_any_port, drain, make_socket, take_waiting
 from surreal_kube.runtime.context import RoleContext
 from surreal_kube.runtime.tensorplex import TensorplexRole
 
@@ -41,6 +41,27 @@ def test_drain_takes_a_message_that_arrives_after_it_began():
         taken = drain(pull, lambda frames: got.append(frames[0].bytes))
         late.join()
         assert got == [b"first", b"late"] and taken == 2
+    finally:
+        push.close(0)
+        pull.close(0)
+
+
+def test_take_waiting_takes_what_is_queued_at_most_its_bound():
+    pull, addr = bind_any_port(zmq.PULL)
+    push = make_socket(zmq.PUSH, connect=addr)
+    try:
+        for n in range(5):
+            push.send(b"%d" % n)
+        got: list[bytes] = []
+
+        def keep(frames) -> None:
+            got.append(frames[0].bytes)
+
+        while len(got) < 5:  # the five may reach the queue one by one
+            assert pull.poll(10_000, zmq.POLLIN)
+            assert take_waiting(pull, keep, most=3) <= 3
+        assert got == [b"0", b"1", b"2", b"3", b"4"]
+        assert take_waiting(pull, keep) == 0  # nothing queued: returns at once
     finally:
         push.close(0)
         pull.close(0)
@@ -76,7 +97,7 @@ def test_tensorplex_writes_points_sent_just_before_its_stop(local_run):
     learner = MetricsClient(run.addr("tensorplex"), "learner")
     try:
         assert learner.add_scalars({"losses/policy": 0.0}, 0)
-        role.sock.poll(10_000, zmq.POLLIN)  # connected: the first point is in tensorplex's queue
+        assert role.sock.poll(10_000, zmq.POLLIN)  # connected: the first point is queued
 
         def send_rest() -> None:
             for step in range(1, 5):
