@@ -38,6 +38,7 @@ import json
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import tempfile
 import time
@@ -1123,21 +1124,39 @@ def _remove_log_links(pod_logs: Path, remove_dir: bool) -> None:
 
 
 def _remove_dead_shim_sockets() -> None:
-    """Socket files of shims that were killed (a live socket is listed in /proc/net/unix)."""
+    """Socket files of shims that were killed, on a host where other nodes' shims may live.
+
+    The directory is the host's, but each node's shims run in its network namespace, and
+    /proc/net/unix lists only the reader's: liveness is asked of the socket itself. A socket
+    that refuses twice, a moment apart (a shim between its bind and its listen), is dead.
+    """
     if not SHIM_SOCKETS.is_dir():
         return
-    live = {
-        line.split()[-1]
-        for line in Path("/proc/net/unix").read_text().splitlines()[1:]
-        if len(line.split()) >= 8
-    }
-    for sock in SHIM_SOCKETS.iterdir():
-        if str(sock) not in live:
+    dead = [sock for sock in SHIM_SOCKETS.iterdir() if _refuses(sock)]
+    if dead:
+        time.sleep(0.2)
+    for sock in dead:
+        if _refuses(sock):
             with contextlib.suppress(OSError):
                 sock.unlink()
     for d in (SHIM_SOCKETS, SHIM_SOCKETS.parent):
         with contextlib.suppress(OSError):
             d.rmdir()
+
+
+def _refuses(path: Path) -> bool:
+    """True if nothing listens on the Unix socket at path (a full backlog still counts as live)."""
+    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    probe.setblocking(False)
+    try:
+        probe.connect(str(path))
+    except ConnectionRefusedError:
+        return True
+    except OSError:  # EAGAIN (busy, alive), ENOENT (gone already), EACCES: not ours to judge
+        return False
+    finally:
+        probe.close()
+    return False
 
 
 # --------------------------------------------------------------------------- helpers
