@@ -59,7 +59,7 @@ extras[kueue]="config/components/webhook/manifests.yaml:webhook/manifests.yaml"
 
 bin_dir() {  # name -> its bin directory (whether built or not)
   local name=$1 hash
-  hash=$( (cd "$here/go/${module[$name]}" && cat go.mod go.sum; echo "${ldflags[$name]}|${crds[$name]}") \
+  hash=$( (cd "$here/go/${module[$name]}" && cat go.mod go.sum "$here/go-env.sh"; echo "${ldflags[$name]}|${crds[$name]}") \
     | sha256sum | cut -c1-10)
   echo "$cache_root/$name-${version[$name]}_$hash/bin"
 }
@@ -99,7 +99,8 @@ if [[ -z "$go" ]]; then
     [[ -x "$go" ]] || { echo "build-addons.sh: no Go; run tests/cluster/build.sh first" >&2; exit 1; }
   fi
 fi
-export CGO_ENABLED=0 GOFLAGS=-mod=readonly GOTOOLCHAIN=${GOTOOLCHAIN:-auto}
+source "$here/go-env.sh"
+export GOFLAGS=-mod=readonly
 nice_cmd=(nice -n "${BUILD_NICE:-10}")
 
 copy_extras() {  # name bin: copy name's extra module files into bin
@@ -130,7 +131,7 @@ build() {  # name: build it into its bin directory unless it is complete
     echo "build-addons.sh: building $name ${version[$name]}" >&2
     rm -rf "$dest/bin.partial"
     mkdir -p "$dest/bin.partial"
-    (cd "$here/go/${module[$name]}" && "${nice_cmd[@]}" "$go" build -trimpath -buildvcs=false \
+    (cd "$here/go/${module[$name]}" && "${nice_cmd[@]}" "$go" build "${go_flags[@]}" \
       -ldflags="${ldflags[$name]}" -o "$dest/bin.partial/$name" "${package[$name]}")
     local moddir dir
     moddir=$(cd "$here/go/${module[$name]}" && "$go" list -m -f '{{.Dir}}' "${modpath[$name]}")

@@ -40,7 +40,7 @@ if ! grep -q "^require github.com/coredns/coredns $COREDNS_VERSION\$" "$here/go/
 fi
 
 inputs_hash=$( (cd "$here/go" && cat kubenode/go.mod kubenode/go.sum pause/go.mod pause/main.go \
-  coredns/go.mod coredns/go.sum coredns/main.go; \
+  coredns/go.mod coredns/go.sum coredns/main.go ../go-env.sh; \
   echo "$k8s_ldflags|$ctrd_ldflags|$ctrd_tags|$shim_tags|$cni_ldflags|$coredns_ldflags") \
   | sha256sum | cut -c1-10)
 key="k8s-${K8S_VERSION}_containerd-${CONTAINERD_VERSION}_cni-${CNI_PLUGINS_VERSION}"
@@ -87,7 +87,7 @@ fi
 
 partial="$dest/bin.partial"
 mkdir -p "$partial/cni"
-export CGO_ENABLED=0 GOTOOLCHAIN=${GOTOOLCHAIN:-auto}
+source "$here/go-env.sh"
 nice_cmd=(nice -n "${BUILD_NICE:-10}")
 start=$(date +%s)
 timings=()
@@ -107,16 +107,16 @@ build_one() {  # name (relative to bin), then the command that writes "$partial/
 }
 
 go_build() {  # name, module dir, ldflags, package
-  (cd "$here/go/$2" && GOFLAGS=-mod=readonly "${nice_cmd[@]}" "$go" build -trimpath \
-    -buildvcs=false -ldflags="$3" -o "$partial/$1.tmp" "$4")
+  (cd "$here/go/$2" && GOFLAGS=-mod=readonly "${nice_cmd[@]}" "$go" build \
+    "${go_flags[@]}" -ldflags="$3" -o "$partial/$1.tmp" "$4")
 }
 
 go_install() {  # name, tags, ldflags, package@version (pinned by that module's own go.sum)
   local gobin="$partial/.gobin-${1//\//-}"
   rm -rf "$gobin"
   mkdir -p "$gobin"
-  (cd "$partial" && GOBIN="$gobin" GOFLAGS= "${nice_cmd[@]}" "$go" install -trimpath \
-    -tags="$2" -ldflags="$3" "$4")
+  (cd "$partial" && GOBIN="$gobin" GOFLAGS= "${nice_cmd[@]}" "$go" install \
+    "${go_flags[@]}" -tags="$2" -ldflags="$3" "$4")
   mv "$gobin/$(basename "$1")" "$partial/$1.tmp"
   rm -rf "$gobin"
 }

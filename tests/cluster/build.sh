@@ -34,9 +34,10 @@ for pkg in helm.sh/helm/v3/pkg/lint/rules helm.sh/helm/v3/pkg/chartutil; do
   helm_ldflags+=" -X $pkg.k8sVersionMajor=1 -X $pkg.k8sVersionMinor=$HELM_K8S_MINOR"
 done
 
-# The key hashes everything that shapes the binaries: the Go module files and the link flags.
+# The key hashes everything that shapes the binaries: the Go module files, the compile and link
+# flags.
 inputs_hash=$( (cd "$here/go" && cat k8s/go.mod k8s/go.sum etcd/go.mod etcd/go.sum etcd/main.go \
-  certgen/go.mod certgen/main.go; echo "$k8s_ldflags $kwok_ldflags $helm_ldflags") \
+  certgen/go.mod certgen/main.go ../go-env.sh; echo "$k8s_ldflags $kwok_ldflags $helm_ldflags") \
   | sha256sum | cut -c1-10)
 key="k8s-${K8S_VERSION}_etcd-${ETCD_VERSION}_kwok-${KWOK_VERSION}_helm-${HELM_VERSION}_${inputs_hash}"
 dest="$cache_root/$key"
@@ -130,7 +131,8 @@ fi
 
 partial="$dest/bin.partial"
 mkdir -p "$partial"
-export CGO_ENABLED=0 GOFLAGS=-mod=readonly GOTOOLCHAIN=${GOTOOLCHAIN:-auto}
+source "$here/go-env.sh"
+export GOFLAGS=-mod=readonly
 # A build may have to run beside tests; stay out of their way.
 nice_cmd=(nice -n "${BUILD_NICE:-10}")
 start=$(date +%s)
@@ -149,7 +151,7 @@ build_one() {  # name, then the command that writes "$partial/$name.tmp"
 }
 
 go_build() {  # name, module dir, ldflags, package
-  (cd "$here/go/$2" && "${nice_cmd[@]}" "$go" build -trimpath -buildvcs=false -ldflags="$3" \
+  (cd "$here/go/$2" && "${nice_cmd[@]}" "$go" build "${go_flags[@]}" -ldflags="$3" \
     -o "$partial/$1.tmp" "$4")
 }
 
@@ -157,8 +159,8 @@ go_install() {  # name, ldflags, package@version
   local gobin="$partial/.gobin-$1"
   rm -rf "$gobin"
   mkdir -p "$gobin"
-  (cd "$partial" && GOBIN="$gobin" GOFLAGS= "${nice_cmd[@]}" "$go" install -trimpath \
-    -ldflags="$2" "$3")
+  (cd "$partial" && GOBIN="$gobin" GOFLAGS= "${nice_cmd[@]}" "$go" install \
+    "${go_flags[@]}" -ldflags="$2" "$3")
   mv "$gobin/$1" "$partial/$1.tmp"
   rm -rf "$gobin"
 }
