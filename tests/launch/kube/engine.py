@@ -13,6 +13,7 @@ are lower than podman's defaults), which lets RUN steps and `podman run` work in
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import os
 import shutil
 import signal
@@ -146,17 +147,30 @@ class Engine:
         return self.podman("image", "exists", ref).returncode == 0
 
 
-@contextlib.contextmanager
-def podman_engine() -> Iterator[Engine]:
-    """Start podman's API service on a private socket; stop it (and only it) at the end."""
-    store = cache_dir() / "podman"
-    store.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix="sk-podman-") as tmp:
-        conf = Path(tmp) / "containers.conf"
-        conf.write_text(CONTAINERS_CONF)
-        runroot = store / "run"  # podman's database remembers it: it must not change
-        socket = Path(tmp) / "podman.sock"
-        env = {**os.environ, "CONTAINERS_CONF": str(conf)}
+RUNROOT_LIMIT = 50  # podman: "the specified runroot is longer than 50 characters"
+
+
+def runroot_of(store: Path) -> Path:
+    """podman's runroot for the store at `store`: beside it when that path fits podman's limit,
+    else a short one under /tmp named by the store's path (a HOME of 20 characters or more
+    is enough to exceed it). Stable either way: podman's database remembers the runroot of its
+    store and refuses another."""
+    beside = store / "run"
+    if len(str(beside)) <= RUNROOT_LIMIT:
+        return beside
+    digest = hashlib.sha256(str(store.resolve()).encode()).hexdigest()[:12]
+    return Path("/tmp") / f"sk-podman-run-{digest}"
+
+
+def start_service(store: Path, tmp: Path) -> Engine:
+    """`podman system service` for the store at `store`, on a socket in tmp, once it listens;
+    RuntimeError with podman's own words if it exits or is not up within 30 s."""
+    conf = tmp / "containers.conf"
+    conf.write_text(CONTAINERS_CONF)
+    socket = tmp / "podman.sock"
+    log = tmp / "podman-service.log"
+    runroot = runroot_of(store)
+    with log.open("wb") as out:
         proc = subprocess.Popen(
             [
                 "podman",
@@ -169,32 +183,50 @@ def podman_engine() -> Iterator[Engine]:
                 "--time=0",
                 f"unix://{socket}",
             ],
-            env=env,
+            env={**os.environ, "CONTAINERS_CONF": str(conf)},
             stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
+            stderr=out,
             start_new_session=True,
         )
-        engine = Engine(socket, store / "storage", runroot, conf, proc)
+    engine = Engine(socket, store / "storage", runroot, conf, proc)
+    deadline = time.monotonic() + 30
+    while not socket.exists():
+        if proc.poll() is not None or time.monotonic() > deadline:
+            stop_service(engine)
+            said = log.read_text(errors="replace").strip()[-2000:] or "(nothing on stderr)"
+            raise RuntimeError(f"podman system service for {store} did not start: {said}")
+        time.sleep(0.1)
+    return engine
+
+
+def stop_service(engine: Engine) -> None:
+    """Stop the service (and only it): SIGTERM to its process group, SIGKILL after 20 s."""
+    proc = engine.process
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGTERM)
+    try:
+        proc.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=10)
+
+
+@contextlib.contextmanager
+def podman_engine() -> Iterator[Engine]:
+    """Start podman's API service on a private socket; stop it (and only it) at the end."""
+    store = cache_dir() / "podman"
+    store.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="sk-podman-") as tmp:
+        engine = start_service(store, Path(tmp))
         try:
-            deadline = time.monotonic() + 30
-            while not socket.exists():
-                if proc.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError("podman system service did not start")
-                time.sleep(0.1)
             if not engine.has_image(BASE_IMAGE):
                 done = engine.podman("import", str(base_rootfs_tar()), BASE_IMAGE)
                 if done.returncode != 0:
                     raise RuntimeError(f"podman import failed: {done.stderr}")
             yield engine
         finally:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGTERM)
-            try:
-                proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait(timeout=10)
+            stop_service(engine)
 
 
 def engine_or_skip() -> Iterator[Engine]:
