@@ -1,8 +1,8 @@
 """The podman tests' engine starts wherever its cache is: podman refuses a runroot of over 50
 characters, and the store's runroot lived beside it, under the cache. A cold run whose HOME
 was /work/coldhome (the runroot 52 characters) failed every podman and end-to-end test at setup
-with "podman system service did not start", and nothing said why; a CI runner's
-/home/runner/.cache/... is 51."""
+with "podman system service did not start", and nothing said why (under /home/runner it is
+exactly 50)."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
+import docker
 import pytest
 
 from tests.launch.kube.engine import (
@@ -26,11 +27,15 @@ from tests.launch.kube.engine import (
 pytestmark = pytest.mark.podman
 
 
+@pytest.fixture(autouse=True)
+def _podman_installed() -> None:
+    if missing_tools():
+        pytest.skip(f"needs {', '.join(missing_tools())} (Makefile DEB_PACKAGES)")
+
+
 @pytest.fixture
 def long_store(tmp_path: Path) -> Iterator[Path]:
     """A store whose runroot beside it would be over podman's limit; reset and removed after."""
-    if missing_tools():
-        pytest.skip(f"needs {', '.join(missing_tools())} (Makefile DEB_PACKAGES)")
     store = tmp_path / "a-cache-under-a-long-home" / "podman"
     assert len(str(store / "run")) > RUNROOT_LIMIT
     yield store
@@ -50,8 +55,6 @@ def test_a_store_under_a_long_path_serves_the_docker_api(long_store: Path) -> No
     with tempfile.TemporaryDirectory(prefix="sk-podman-") as tmp:
         engine: Engine = start_service(long_store, Path(tmp))
         try:
-            import docker
-
             client = docker.DockerClient(base_url=engine.url)
             try:
                 assert client.ping()
@@ -63,13 +66,14 @@ def test_a_store_under_a_long_path_serves_the_docker_api(long_store: Path) -> No
 
 
 def test_a_service_that_cannot_start_says_what_podman_said(tmp_path: Path) -> None:
-    if missing_tools():
-        pytest.skip(f"needs {', '.join(missing_tools())} (Makefile DEB_PACKAGES)")
     store = tmp_path / "store"
     (store / "storage").parent.mkdir(parents=True)
     (store / "storage").write_text("a file where podman wants its storage directory")
-    with (
-        tempfile.TemporaryDirectory(prefix="sk-podman-") as tmp,
-        pytest.raises(RuntimeError, match=r"did not start: .*\S"),
-    ):
-        start_service(store, Path(tmp))
+    try:
+        with (
+            tempfile.TemporaryDirectory(prefix="sk-podman-") as tmp,
+            pytest.raises(RuntimeError, match=r"did not start: .*\S"),
+        ):
+            start_service(store, Path(tmp))
+    finally:
+        shutil.rmtree(runroot_of(store), ignore_errors=True)  # podman may have made it
