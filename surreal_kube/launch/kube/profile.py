@@ -416,14 +416,28 @@ def profile_from_dict(data: Mapping[str, Any], source: str = "cluster profile") 
 # ------------------------------------------------------------------------------------ discovery
 
 
+CONDITION_TAINT_PREFIX = "node.kubernetes.io/"
+"""Taints the node lifecycle controller sets and lifts with a node's condition (disk-pressure,
+not-ready, unschedulable, ...): how a node is now, not what its pool is for."""
+AUTOSCALER_TAINTS = frozenset(
+    {"ToBeDeletedByClusterAutoscaler", "DeletionCandidateOfClusterAutoscaler"}
+)
+"""The cluster-autoscaler's marks on a node it is about to remove: passing too."""
+
+
+def _pool_taint(key: str | None) -> bool:
+    return bool(key) and not (key.startswith(CONDITION_TAINT_PREFIX) or key in AUTOSCALER_TAINTS)
+
+
 def pools_from_nodes(nodes: Iterable[Mapping[str, Any]]) -> list[NodePool]:
     """Group node records ({name, labels, taints, allocatable}) into pools.
 
     Nodes are grouped by the first pool label they carry (GKE, EKS, Karpenter, AKS, then instance
     type); a node with none is a pool of its own. A pool offers the smallest allocatable of its
-    nodes and the taints all of them share; the caller leaves cordoned nodes out
-    (`cluster.discover_pools`). This is capacity, not free space: what other workloads use now
-    is not subtracted.
+    nodes and the taints all of them share, less those of a passing condition (a node short of
+    disk is still of its pool: the pods wait, as anyone's would); the caller leaves cordoned
+    nodes out (`cluster.discover_pools`). This is capacity, not free space: what other
+    workloads use now is not subtracted.
     """
     grouped: dict[tuple[str, str], list[Mapping[str, Any]]] = {}
     for node in nodes:
@@ -440,7 +454,11 @@ def pools_from_nodes(nodes: Iterable[Mapping[str, Any]]) -> list[NodePool]:
         gpus = min(int(parse_quantity(str(a.get(GPU_RESOURCE, "0")))) for a in alloc)
         pods = min(int(parse_quantity(str(a.get("pods", "110")))) for a in alloc)
         taint_sets = [
-            {(t.get("key"), t.get("value"), t.get("effect")) for t in m.get("taints") or []}
+            {
+                (t.get("key"), t.get("value"), t.get("effect"))
+                for t in m.get("taints") or []
+                if _pool_taint(t.get("key"))
+            }
             for m in members
         ]
         common = set.intersection(*taint_sets) if taint_sets else set()

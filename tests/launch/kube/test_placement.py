@@ -234,6 +234,31 @@ def test_discovered_pools_from_node_records() -> None:
     assert by_name["lonely"].node_selector == {"kubernetes.io/hostname": "lonely"}
 
 
+def test_a_node_under_pressure_is_not_a_tainted_pool() -> None:
+    """CI saw `create` refuse with "only tainted node pools have nodes that large (real-pool):
+    name one in spec.placement.learner" while its one node was short of disk: the node lifecycle
+    controller's condition taints (node.kubernetes.io/disk-pressure and the like) say how a node
+    is now, not what the pool is; the pods wait for the condition to clear, as kubectl's would."""
+    conditions = [
+        {"key": f"node.kubernetes.io/{k}", "effect": "NoSchedule"}
+        for k in ("disk-pressure", "memory-pressure", "not-ready", "unschedulable")
+    ] + [{"key": "ToBeDeletedByClusterAutoscaler", "value": "1700000000", "effect": "NoSchedule"}]
+    own = {"key": "dedicated", "value": "rl", "effect": "NoSchedule"}
+    node = {
+        "name": "real-0",
+        "labels": {"cloud.google.com/gke-nodepool": "real-pool"},
+        "taints": [*conditions, own],
+        "allocatable": {"cpu": "32", "memory": "128Gi"},
+    }
+    (pool,) = pools_from_nodes([node])
+    assert [t.key for t in pool.node_taints] == ["dedicated"]
+    (pool,) = pools_from_nodes([{**node, "taints": conditions}])
+    assert pool.node_taints == []
+    exp = resolve_experiment("exp-p", sets=[])
+    out = place(exp, exp.topology, ClusterProfile(pools=[pool]))
+    assert {p.pool for p in out.values()} == {"real-pool"}
+
+
 def test_quantity_formatting() -> None:
     assert [format_cpu(m) for m in (2000, 500, 1500)] == ["2", "500m", "1500m"]
     assert [format_memory(b) for b in (4 * 2**30, 512 * 2**20, 1000)] == ["4Gi", "512Mi", "1000"]
