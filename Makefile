@@ -69,7 +69,7 @@ run: install
 FIRST_TIER := not cluster and not node and not e2e
 test: install deb controlplane
 	@log=$$(mktemp); out=build/test-first-tier.log; mkdir -p build; \
-	( $(MAKE) --no-print-directory node cluster-addons >"$$log" 2>&1 ) & builds=$$!; \
+	( $(MAKE) --no-print-directory cluster-builds >"$$log" 2>&1 ) & builds=$$!; \
 	( exec $(PYTHON) -m pytest -q --durations=15 -m "$(FIRST_TIER)" $(PYTEST_ARGS) >"$$out" 2>&1 ) & tier=$$!; \
 	echo "make test: the first tier runs in the background ($$out; shown after the second)"; \
 	if ! wait $$builds; then cat "$$log"; rm -f "$$log"; kill -INT $$tier 2>/dev/null; \

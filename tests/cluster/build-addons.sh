@@ -20,6 +20,7 @@ GGCR_VERSION=v0.22.1           # go/registry: our main on github.com/google/go-c
 ALL=(karpenter kueue kube-router registry)
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+source "$here/go-cache.sh"
 cache_root=${SURREAL_KUBE_ADDONS_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/surreal-kube/addons}
 
 # name -> module dir, version, package, link flags
@@ -100,6 +101,7 @@ if [[ -z "$go" ]]; then
   fi
 fi
 source "$here/go-env.sh"
+use_go_cache
 export GOFLAGS=-mod=readonly
 nice_cmd=(nice -n "${BUILD_NICE:-10}")
 
@@ -118,6 +120,7 @@ build() {  # name: build it into its bin directory unless it is complete
   dest=$(dirname "$bin")
   if [[ -f "$bin/.complete" ]]; then
     has_extras "$name" "$bin" || copy_extras "$name" "$bin"
+    prune_superseded "$dest" "$name-v*"
     return
   fi
   mkdir -p "$dest"
@@ -145,6 +148,7 @@ build() {  # name: build it into its bin directory unless it is complete
     touch "$dest/bin.partial/.complete"
     rm -rf "$bin"
     mv "$dest/bin.partial" "$bin"
+    prune_superseded "$dest" "$name-v*"
     echo "build-addons.sh: built $name in $(( $(date +%s) - t0 ))s" \
       "($(du -sh "$bin" | cut -f1))" >&2
   fi

@@ -18,6 +18,7 @@ CNI_PLUGINS_VERSION=v1.10.0  # bridge, host-local, loopback, portmap
 COREDNS_VERSION=v1.15.0      # go/coredns: our main on github.com/coredns/coredns
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+source "$here/go-cache.sh"
 cache_base=${XDG_CACHE_HOME:-$HOME/.cache}/surreal-kube
 cache_root=${SURREAL_KUBE_NODE_CACHE:-$cache_base/node}
 
@@ -51,6 +52,7 @@ binaries=(kubelet kube-proxy containerd containerd-shim-runc-v2 ctr coredns paus
   cni/bridge cni/host-local cni/loopback cni/portmap)
 
 if [[ -f "$bin/.complete" ]]; then
+  [[ "${1:-}" == "--bin-dir" ]] || prune_superseded "$dest" "k8s-*"
   echo "$bin"
   exit 0
 fi
@@ -88,6 +90,7 @@ fi
 partial="$dest/bin.partial"
 mkdir -p "$partial/cni"
 source "$here/go-env.sh"
+use_go_cache
 nice_cmd=(nice -n "${BUILD_NICE:-10}")
 start=$(date +%s)
 timings=()
@@ -155,6 +158,7 @@ EOF
 touch "$partial/.complete"
 rm -rf "$bin"
 mv "$partial" "$bin"
+prune_superseded "$dest" "k8s-*"
 echo "build-node.sh: built $key in $(( $(date +%s) - start ))s ($(du -sh "$bin" | cut -f1)):" \
   "${timings[*]:-nothing new}" >&2
 echo "$bin"

@@ -18,6 +18,7 @@ HELM_VERSION=v3.22.0
 HELM_K8S_MINOR=37       # k8s.io/client-go v0.37.x in helm's go.mod
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+source "$here/go-cache.sh"
 cache_root=${SURREAL_KUBE_CONTROLPLANE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/surreal-kube/controlplane}
 
 # Version stamps, as the projects' own release builds set them.
@@ -45,6 +46,7 @@ bin="$dest/bin"
 binaries=(certgen etcd kube-apiserver kube-controller-manager kube-scheduler kubectl kwok helm)
 
 if [[ -f "$bin/.complete" ]]; then
+  [[ "${1:-}" == "--bin-dir" ]] || prune_superseded "$dest" "k8s-*"
   echo "$bin"
   exit 0
 fi
@@ -132,6 +134,7 @@ fi
 partial="$dest/bin.partial"
 mkdir -p "$partial"
 source "$here/go-env.sh"
+use_go_cache
 export GOFLAGS=-mod=readonly
 # A build may have to run beside tests; stay out of their way.
 nice_cmd=(nice -n "${BUILD_NICE:-10}")
@@ -186,5 +189,6 @@ EOF
 touch "$partial/.complete"
 rm -rf "$bin"
 mv "$partial" "$bin"
+prune_superseded "$dest" "k8s-*"
 echo "build.sh: built $key in $(( $(date +%s) - start ))s ($(du -sh "$bin" | cut -f1))" >&2
 echo "$bin"

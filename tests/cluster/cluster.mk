@@ -8,11 +8,12 @@
 #   make cluster-addons build the add-ons (Karpenter's kwok autoscaler, Kueue, kube-router's
 #                       NetworkPolicy firewall, a loopback OCI registry) into
 #                       ~/.cache/surreal-kube/addons (or reuse)
+#   make cluster-builds all three, then drop Go's build cache they shared (go-cache.sh)
 
 PYTHON ?= .venv/bin/python
 CLUSTER_DIR := tests/cluster
 
-.PHONY: controlplane node cluster-up cluster-down cluster-env cluster-addons
+.PHONY: controlplane node cluster-up cluster-down cluster-env cluster-addons cluster-builds
 
 # kube-router's firewall (tests/cluster/netpol.py) runs Debian's ipset; `make deb` installs it.
 DEB_PACKAGES += ipset
@@ -28,8 +29,13 @@ node: controlplane
 cluster-addons: controlplane
 	@bash $(CLUSTER_DIR)/build-addons.sh karpenter kube-router kueue registry >/dev/null
 
+# The builds' Go cache (about 18 GB) would serve only the next build of a changed key.
+cluster-builds: node cluster-addons
+	@bash $(CLUSTER_DIR)/go-cache.sh drop
+
 # $(STAMP) is the main Makefile's "venv installed" file, when it defines one.
 cluster-up: controlplane node $(STAMP)
+	@bash $(CLUSTER_DIR)/go-cache.sh drop
 	$(PYTHON) -m tests.cluster.controlplane up --real-node
 
 cluster-down:
