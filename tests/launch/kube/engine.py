@@ -13,16 +13,20 @@ are lower than podman's defaults), which lets RUN steps and `podman run` work in
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import hashlib
+import json
 import os
 import shutil
 import signal
 import subprocess
+import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 BASE_IMAGE = "localhost/surreal-kube-test/python:bookworm"
 DEBOOTSTRAP_PACKAGES = ("python3", "python3-venv", "python3-wheel")
@@ -70,7 +74,9 @@ def debian_mirror(sources: Path = Path("/etc/apt")) -> str:
                 if sep and not line.startswith(("#", " ", "\t")):
                     fields[key.strip().lower()] = value.split()
             if fields.get("enabled", ["yes"])[0].lower() != "no":
-                found.append((fields.get("types", []), fields.get("uris", []), fields.get("suites", [])))
+                found.append(
+                    (fields.get("types", []), fields.get("uris", []), fields.get("suites", []))
+                )
     lists = [sources / "sources.list", *sorted((sources / "sources.list.d").glob("*.list"))]
     for path in lists:
         if not path.is_file():
@@ -212,14 +218,85 @@ def stop_service(engine: Engine) -> None:
         proc.wait(timeout=10)
 
 
+def superseded_images(images: list[dict[str, Any]]) -> list[str]:
+    """The names in `podman images --format json` that a newer image of the same repository
+    has replaced (the base image is never one).
+
+    Every change of the package's source gives the runtime image a new content tag, and
+    nothing removed the old ones: the store had grown to 17 GB here when CI's disk filled and
+    its real node reported DiskPressure. The newest image of each repository is the one the
+    tests build on; the layers it shares with the old ones stay."""
+    newest: dict[str, int] = {}
+    for image in images:
+        for name in image.get("Names") or []:
+            repo = name.rpartition(":")[0]
+            newest[repo] = max(newest.get(repo, 0), int(image.get("Created") or 0))
+    return [
+        name
+        for image in images
+        for name in image.get("Names") or []
+        if name != BASE_IMAGE and int(image.get("Created") or 0) < newest[name.rpartition(":")[0]]
+    ]
+
+
+def prune_store(engine: Engine) -> str:
+    """Untag the superseded images, then remove the dangling ones (an untagged image left by a
+    rebuild): what a session finds when no other session uses the store. Says what it freed."""
+    listed = engine.podman("images", "--format", "json")
+    if listed.returncode != 0:
+        return f"podman images failed: {listed.stderr.strip()[-500:]}"
+    stale = superseded_images(json.loads(listed.stdout or "[]"))
+    removed = engine.podman("rmi", *stale) if stale else None
+    pruned = engine.podman("image", "prune", "--force")
+    failed = [d.stderr.strip()[-300:] for d in (removed, pruned) if d and d.returncode != 0]
+    gone = len([line for line in pruned.stdout.splitlines() if line.strip()])
+    return f"untagged {len(stale)} superseded, removed {gone} dangling" + (
+        f"; podman said: {' / '.join(failed)}" if failed else ""
+    )
+
+
+@contextlib.contextmanager
+def _store_session(store: Path) -> Iterator[Callable[[], bool]]:
+    """Hold the store for a session: shared, so that sessions run side by side, but exclusive
+    first when no other session holds it. Yields `alone()`: true once, in that exclusive
+    moment, when pruning cannot remove what another session is building on; the hold is
+    shared from the call on."""
+    with (store / ".sessions.lock").open("a") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            exclusive = True
+        except BlockingIOError:
+            fcntl.flock(lock, fcntl.LOCK_SH)
+            exclusive = False
+
+        def alone() -> bool:
+            nonlocal exclusive
+            was, exclusive = exclusive, False
+            if was:
+                fcntl.flock(lock, fcntl.LOCK_SH)
+            return was
+
+        try:
+            yield alone
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
 @contextlib.contextmanager
 def podman_engine() -> Iterator[Engine]:
-    """Start podman's API service on a private socket; stop it (and only it) at the end."""
+    """Start podman's API service on a private socket; stop it (and only it) at the end.
+
+    A session alone on the store prunes it first (`prune_store`)."""
     store = cache_dir() / "podman"
     store.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix="sk-podman-") as tmp:
+    with (
+        tempfile.TemporaryDirectory(prefix="sk-podman-") as tmp,
+        _store_session(store) as alone,
+    ):
         engine = start_service(store, Path(tmp))
         try:
+            if alone():
+                print(f"podman store {store}: {prune_store(engine)}", file=sys.stderr)
             if not engine.has_image(BASE_IMAGE):
                 done = engine.podman("import", str(base_rootfs_tar()), BASE_IMAGE)
                 if done.returncode != 0:

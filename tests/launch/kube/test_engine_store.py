@@ -1,14 +1,21 @@
-"""The podman tests' engine starts wherever its cache is: podman refuses a runroot of over 50
-characters, and the store's runroot lived beside it, under the cache. A cold run whose HOME
-was /work/coldhome (the runroot 52 characters) failed every podman and end-to-end test at setup
-with "podman system service did not start", and nothing said why (under /home/runner it is
-exactly 50)."""
+"""The podman tests' engine and its store.
+
+It starts wherever its cache is: podman refuses a runroot of over 50 characters, and the
+store's runroot lived beside it, under the cache. A cold run whose HOME was /work/coldhome (the
+runroot 52 characters) failed every podman and end-to-end test at setup with "podman system
+service did not start", and nothing said why (under /home/runner it is exactly 50).
+
+It stays bounded: nothing removed superseded images, and the store had grown to 17 GB when CI's
+disk filled and its real node reported DiskPressure."""
 
 from __future__ import annotations
 
+import io
 import shutil
 import subprocess
+import tarfile
 import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -16,9 +23,12 @@ import docker
 import pytest
 
 from tests.launch.kube.engine import (
+    BASE_IMAGE,
     RUNROOT_LIMIT,
     Engine,
+    _store_session,
     missing_tools,
+    prune_store,
     runroot_of,
     start_service,
     stop_service,
@@ -34,11 +44,19 @@ def _podman_installed() -> None:
 
 
 @pytest.fixture
-def long_store(tmp_path: Path) -> Iterator[Path]:
-    """A store whose runroot beside it would be over podman's limit; reset and removed after."""
-    store = tmp_path / "a-cache-under-a-long-home" / "podman"
-    assert len(str(store / "run")) > RUNROOT_LIMIT
-    yield store
+def small_store(tmp_path: Path) -> Iterator[Engine]:
+    """A running engine on a store of its own; reset and removed after."""
+    store = tmp_path / "store"
+    with tempfile.TemporaryDirectory(prefix="sk-podman-") as tmp:
+        engine = start_service(store, Path(tmp))
+        try:
+            yield engine
+        finally:
+            stop_service(engine)
+            _reset(store)
+
+
+def _reset(store: Path) -> None:
     if (store / "storage").exists():  # podman keeps its storage driver's mount: reset unmounts
         subprocess.run(
             ["podman", "--root", str(store / "storage"), "--runroot", str(runroot_of(store)),
@@ -46,6 +64,15 @@ def long_store(tmp_path: Path) -> Iterator[Path]:
             capture_output=True, timeout=120, check=False,
         )  # fmt: skip
     shutil.rmtree(runroot_of(store), ignore_errors=True)
+
+
+@pytest.fixture
+def long_store(tmp_path: Path) -> Iterator[Path]:
+    """A store whose runroot beside it would be over podman's limit; reset and removed after."""
+    store = tmp_path / "a-cache-under-a-long-home" / "podman"
+    assert len(str(store / "run")) > RUNROOT_LIMIT
+    yield store
+    _reset(store)
 
 
 def test_a_store_under_a_long_path_serves_the_docker_api(long_store: Path) -> None:
@@ -77,3 +104,47 @@ def test_a_service_that_cannot_start_says_what_podman_said(tmp_path: Path) -> No
             start_service(store, Path(tmp))
     finally:
         shutil.rmtree(runroot_of(store), ignore_errors=True)  # podman may have made it
+
+
+def _import(engine: Engine, tmp: Path, ref: str, content: str) -> str:
+    """A one-file image made with `podman import`; its id."""
+    tar = tmp / f"{content}.tar"
+    with tarfile.open(tar, "w") as out:
+        data = content.encode()
+        info = tarfile.TarInfo("content")
+        info.size = len(data)
+        out.addfile(info, io.BytesIO(data))
+    done = engine.podman("import", str(tar), ref)
+    assert done.returncode == 0, done.stderr
+    return done.stdout.strip().splitlines()[-1].removeprefix("sha256:")
+
+
+def test_pruning_keeps_the_newest_of_each_repository_and_the_base(
+    small_store: Engine, tmp_path: Path
+) -> None:
+    base = _import(small_store, tmp_path, BASE_IMAGE, "base")
+    old = _import(small_store, tmp_path, "surreal-kube/runtime-cpu:0ld", "old")
+    also_old = _import(small_store, tmp_path, "surreal-kube/runtime-cpu:0.1.0", "version")
+    dangling = _import(small_store, tmp_path, "mypkg/app:x", "first")
+    time.sleep(1.1)  # podman's creation times are in seconds
+    _import(small_store, tmp_path, "mypkg/app:x", "second")  # leaves the first untagged
+    new = _import(small_store, tmp_path, "surreal-kube/runtime-cpu:new", "new")
+
+    said = prune_store(small_store)
+
+    assert said == "untagged 2 superseded, removed 1 dangling", said
+    left = set(small_store.podman("images", "-q", "--no-trunc").stdout.split())
+    ids = {i.removeprefix("sha256:") for i in left}
+    assert {base, new} <= ids and not {old, also_old, dangling} & ids, (ids, said)
+    assert small_store.has_image("mypkg/app:x") and small_store.has_image(BASE_IMAGE)
+
+
+def test_only_a_session_alone_on_the_store_may_prune(tmp_path: Path) -> None:
+    """A session alone holds the store exclusively until it has pruned (one that comes then
+    waits), then shares it."""
+    with _store_session(tmp_path) as first:
+        assert first() and not first(), "the first session, alone, may prune once"
+        with _store_session(tmp_path) as second:
+            assert not second(), "a second session pruned beside the first"
+    with _store_session(tmp_path) as later:
+        assert later(), "a session alone again may prune"
