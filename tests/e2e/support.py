@@ -190,7 +190,30 @@ def cluster_snapshot(cluster: E2ECluster) -> str:
             text = f"cannot read: {exc}\n"
         lines = text.splitlines()
         out.append(f"--- {title}\n" + "\n".join(lines[-30:] if title == "events" else lines))
+    out.append("--- disk\n" + disk_report(cluster.node.workdir))
     return "\n".join(out)
+
+
+def disk_report(path: Path) -> str:
+    """Free space where the node keeps its images and pods, and the largest of what the suite
+    caches on that disk: the first thing to know when the node reports DiskPressure (its
+    kubelet evicts below 1 % free, and the scheduler keeps pods off it)."""
+    st = os.statvfs(path)
+    lines = [
+        f"{path}: {st.f_bavail * st.f_frsize / 2**30:.1f} GiB free of "
+        f"{st.f_blocks * st.f_frsize / 2**30:.1f} GiB"
+    ]
+    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    heavy = [*sorted((cache / "surreal-kube").glob("*")), cache / "go-build"]
+    try:
+        done = subprocess.run(
+            ["du", "-sh", *map(str, (p for p in heavy if p.is_dir()))],
+            capture_output=True, text=True, timeout=60, check=False,
+        )  # fmt: skip
+        lines += done.stdout.splitlines()
+    except subprocess.TimeoutExpired:
+        lines.append("du of the caches took over 60 s")
+    return "\n".join(lines)
 
 
 class RunFailedError(Exception):
