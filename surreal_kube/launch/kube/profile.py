@@ -426,7 +426,9 @@ AUTOSCALER_TAINTS = frozenset(
 
 
 def _pool_taint(key: str | None) -> bool:
-    return bool(key) and not (key.startswith(CONDITION_TAINT_PREFIX) or key in AUTOSCALER_TAINTS)
+    if not key:
+        return False
+    return not (key.startswith(CONDITION_TAINT_PREFIX) or key in AUTOSCALER_TAINTS)
 
 
 def pools_from_nodes(nodes: Iterable[Mapping[str, Any]]) -> list[NodePool]:
