@@ -140,7 +140,7 @@ class Engine:
         return f"unix://{self.socket}"
 
     def env(self) -> dict[str, str]:
-        return {**os.environ, "CONTAINERS_CONF": str(self.conf)}
+        return session_env(self.conf)
 
     def podman(self, *args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
         """Run `podman <args>` against this engine's store."""
@@ -168,11 +168,20 @@ def runroot_of(store: Path) -> Path:
     return Path("/tmp") / f"sk-podman-run-{digest}"
 
 
+def session_env(conf: Path) -> dict[str, str]:
+    """The environment of the service and of every podman command of a session: its
+    containers.conf, and its temporary files (build contexts, image copies, exports) in the
+    session's directory. Under /var/tmp, podman's default, a service stopped mid-build left
+    them there: 7 GB of them were found from a run hours before."""
+    return {**os.environ, "CONTAINERS_CONF": str(conf), "TMPDIR": str(conf.parent / "tmp")}
+
+
 def start_service(store: Path, tmp: Path) -> Engine:
     """`podman system service` for the store at `store`, on a socket in tmp, once it listens;
     RuntimeError with podman's own words if it exits or is not up within 30 s."""
     conf = tmp / "containers.conf"
-    conf.write_text(CONTAINERS_CONF)
+    (tmp / "tmp").mkdir()
+    conf.write_text(CONTAINERS_CONF + f'image_copy_tmp_dir = "{tmp / "tmp"}"\n')
     socket = tmp / "podman.sock"
     log = tmp / "podman-service.log"
     runroot = runroot_of(store)
@@ -189,7 +198,7 @@ def start_service(store: Path, tmp: Path) -> Engine:
                 "--time=0",
                 f"unix://{socket}",
             ],
-            env={**os.environ, "CONTAINERS_CONF": str(conf)},
+            env=session_env(conf),
             stdout=subprocess.DEVNULL,
             stderr=out,
             start_new_session=True,

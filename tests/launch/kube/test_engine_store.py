@@ -148,3 +148,19 @@ def test_only_a_session_alone_on_the_store_may_prune(tmp_path: Path) -> None:
             assert not second(), "a second session pruned beside the first"
     with _store_session(tmp_path) as later:
         assert later(), "a session alone again may prune"
+
+
+def test_a_sessions_temporary_files_stay_in_its_directory(small_store: Engine) -> None:
+    """Build contexts and image copies went to /var/tmp, podman's default, where a service
+    stopped mid-build left them: 7 GB from a run hours before. Both the service (builds through
+    the Docker API) and the command line now keep them in the session's directory."""
+    session_tmp = str(small_store.conf.parent / "tmp")
+    client = docker.DockerClient(base_url=small_store.url)
+    try:
+        info = client.api._get(client.api._url("/libpod/info"))
+        assert info.status_code == 200, info.text
+        assert info.json()["store"]["imageCopyTmpDir"] == session_tmp
+    finally:
+        client.close()
+    said = small_store.podman("info", "--format", "{{.Store.ImageCopyTmpDir}}")
+    assert said.stdout.strip() == session_tmp, said.stderr
