@@ -568,10 +568,13 @@ disabled_plugins = [
             "protectKernelDefaults": False,
             "imageGCHighThresholdPercent": 100,  # imported images cannot be pulled back
             "imageGCLowThresholdPercent": 99,
+            # The node's disk is the machine's, shared with everything else on it: a share
+            # of it (1 % of 252 GB is 2.5 GB) reads the machine's own use as the node's
+            # pressure and taints it. A floor in bytes still does when the disk is full.
             "evictionHard": {
                 "memory.available": "100Mi",
-                "nodefs.available": "1%",
-                "imagefs.available": "1%",
+                "nodefs.available": "512Mi",
+                "imagefs.available": "512Mi",
                 "nodefs.inodesFree": "1%",
             },
             "maxPods": 50,
