@@ -9,10 +9,9 @@ ones, and its real node reported DiskPressure. These run build-addons.sh for rea
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
-import signal
 import subprocess
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -68,20 +67,17 @@ def _old_build(root: Path, name: str) -> Path:
 
 
 @contextlib.contextmanager
-def _held(lock: Path, *how: str) -> Iterator[None]:
-    """Another process holds `lock` (flock(1), `how` its options) for the duration."""
-    holder = subprocess.Popen(["flock", *how, str(lock), "sleep", "60"], start_new_session=True)
-    try:
-        for _ in range(100):
-            if subprocess.run(["flock", "-n", str(lock), "true"]).returncode:
-                break
-            time.sleep(0.1)
-        else:
-            raise AssertionError(f"flock never took {lock}")
-        yield
-    finally:
-        os.killpg(holder.pid, signal.SIGKILL)  # flock(1) and the sleep that holds the lock
-        holder.wait()
+def _held(lock: Path, shared: bool = False) -> Iterator[None]:
+    """This process holds `lock` as a running build would, for the duration: a lock of its
+    own open file, so the scripts see it held, released the moment the block ends (a holder
+    process killed at the end released it only once its children had gone: CI's tier ran
+    `drop` before that and found the cache still in use)."""
+    with lock.open("a") as held:
+        fcntl.flock(held, fcntl.LOCK_SH if shared else fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(held, fcntl.LOCK_UN)
 
 
 def test_builds_use_their_own_go_cache_and_replace_superseded_outputs(
@@ -116,7 +112,7 @@ def test_drop_deletes_the_cache_unless_a_build_holds_it(sandbox: dict[str, str])
     drop = ["bash", str(HERE / "go-cache.sh"), "drop"]
     lock = Path(f"{cache}.lock")
     lock.touch()
-    with _held(lock, "-s"):
+    with _held(lock, shared=True):
         kept = subprocess.run(drop, env=sandbox, capture_output=True, text=True, timeout=30)
     assert kept.returncode == 0 and cache.is_dir(), kept.stderr
     assert "a build is using" in kept.stderr
