@@ -104,7 +104,9 @@ def duration_asserts(source: str, filename: str = "<test>") -> list[str]:
             for compare in ast.walk(node.test):
                 if not isinstance(compare, ast.Compare) or _deadline_guard(compare):
                     continue
-                if not any(isinstance(op, ast.Lt | ast.LtE | ast.Gt | ast.GtE) for op in compare.ops):
+                if not any(
+                    isinstance(op, ast.Lt | ast.LtE | ast.Gt | ast.GtE) for op in compare.ops
+                ):
                     continue
                 operands = [compare.left, *compare.comparators]
                 clocked = any(_is_clock_call(s) for o in operands for s in ast.walk(o))
@@ -122,7 +124,7 @@ def test_no_test_asserts_a_duration() -> None:
 
 
 def test_the_check_sees_each_form_of_a_duration_bound() -> None:
-    source = '''
+    source = """
 def test_a(run):
     started = time.monotonic()
     run()
@@ -136,7 +138,7 @@ def test_a(run):
     while not run.done():
         assert time.monotonic() < deadline, "never done"
     assert run.count >= 3
-'''
+"""
     assert [line.split(": ", 1)[1] for line in duration_asserts(source)] == [
         "0.2 < first < 2.0",
         "time.perf_counter() - started < 10",

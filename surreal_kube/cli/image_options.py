@@ -53,9 +53,7 @@ def image_chooser(
     """The image stage of the CLI's plan: `resolve_images` for the keys the plan runs."""
 
     def choose(exp: Any, keys: list[str]) -> dict[str, str]:
-        return resolve_images(
-            exp, registry, chosen, build=build, push=push, check=check, used=keys
-        )
+        return resolve_images(exp, registry, chosen, build=build, push=push, check=check, used=keys)
 
     return choose
 

@@ -45,6 +45,8 @@ SEALED = ("ps-serve", "replay-collector")
 
 def sealed(name: str) -> bool:
     return name.startswith(SEALED)
+
+
 NAMES = {
     value: name[len("EVENT_") :]
     for name, value in vars(zmq).items()

@@ -107,8 +107,6 @@ TMP_EPHEMERAL = GIB
 """The pod's /tmp emptyDir (its sizeLimit), asked by the first container."""
 
 
-
-
 class AutopilotSettings(SpecModel):
     """The profile's `autopilot` section: this cluster is GKE Autopilot (no node pools)."""
 

@@ -34,7 +34,7 @@ SMALL = [
     "--set", "session.checkpoint.period=5", "--set", "session.checkpoint.minIntervalSeconds=0",
     "--set", "evals.intervalSeconds=3", "--set", "session.metrics.agentIntervalSeconds=1",
     "--set", "session.metrics.learnerIntervalSeconds=1", "--set", "algorithm.batchSize=16",
-]
+]  # fmt: skip
 
 
 def sk(*args: str, root: Path, timeout: float = 120) -> subprocess.CompletedProcess[str]:
@@ -102,37 +102,61 @@ def test_ppo_experiment_survives_faults_and_runs_to_budget(tmp_path: Path) -> No
     res = sk("create", "exp-faults", "--local", "--detach", *SMALL, root=root)
     assert res.returncode == 0, res.stderr
     # no budget: said at the start, not left to be found out
-    assert ("no budget: runs until `surreal-kube delete exp-faults` (set one with "
-            "--max-env-steps N or --max-time SECONDS)") in res.stderr
+    assert (
+        "no budget: runs until `surreal-kube delete exp-faults` (set one with "
+        "--max-env-steps N or --max-time SECONDS)"
+    ) in res.stderr
     folder = Path(res.stdout.strip())
     assert folder == (root / "exp-faults").resolve()
     for sub in ("config.yml", "logs", "tensorboard", "checkpoints", "videos", "state.json"):
         assert (folder / sub).exists(), sub
     try:
         # parameters flow: agents act with published parameters, learner iterates
-        wait_for("agents holding published parameters", lambda: all(
-            status_of(folder, f"agents-{i}").get("param_version", -1) >= 1 for i in (0, 1)))
+        wait_for(
+            "agents holding published parameters",
+            lambda: all(
+                status_of(folder, f"agents-{i}").get("param_version", -1) >= 1 for i in (0, 1)
+            ),
+        )
         v0 = status_of(folder, "agents-0")["param_version"]
-        wait_for("a newer parameter version", lambda: status_of(folder, "agents-0").get(
-            "param_version", -1) > v0)
+        wait_for(
+            "a newer parameter version",
+            lambda: status_of(folder, "agents-0").get("param_version", -1) > v0,
+        )
 
         # SIGKILL an agent: restarted, and experience from its id resumes
         state = state_of(folder)
         agent_pid = state["processes"]["agents-1"]["pid"]
         steps_before = status_of(folder, "agents-1")["env_steps_per_agent"]["1"]
         os.killpg(agent_pid, signal.SIGKILL)
-        wait_for("agents-1 restarted", lambda: state_of(folder)["processes"]["agents-1"]["restarts"] == 1
-                 and state_of(folder)["processes"]["agents-1"]["pid"] != agent_pid)
-        wait_for("agent 1 stepping again", lambda: status_of(folder, "agents-1").get(
-            "env_steps_per_agent", {}).get("1", 0) > steps_before + 200, timeout=90)
+        wait_for(
+            "agents-1 restarted",
+            lambda: (
+                state_of(folder)["processes"]["agents-1"]["restarts"] == 1
+                and state_of(folder)["processes"]["agents-1"]["pid"] != agent_pid
+            ),
+        )
+        wait_for(
+            "agent 1 stepping again",
+            lambda: (
+                status_of(folder, "agents-1").get("env_steps_per_agent", {}).get("1", 0)
+                > steps_before + 200
+            ),
+            timeout=90,
+        )
 
         # SIGKILL the replay: restarted, agents reconnect, the learner keeps learning
         replay_pid = state_of(folder)["processes"]["replay"]["pid"]
         os.killpg(replay_pid, signal.SIGKILL)
-        wait_for("replay restarted", lambda: state_of(folder)["processes"]["replay"]["restarts"] == 1)
+        wait_for(
+            "replay restarted", lambda: state_of(folder)["processes"]["replay"]["restarts"] == 1
+        )
         it = status_of(folder, "learner").get("iteration", 0)
-        wait_for("learner iterating after replay restart", lambda: status_of(folder, "learner").get(
-            "iteration", 0) >= it + 3, timeout=120)
+        wait_for(
+            "learner iterating after replay restart",
+            lambda: status_of(folder, "learner").get("iteration", 0) >= it + 3,
+            timeout=120,
+        )
 
         # SIGKILL the learner: restarted from its newest checkpoint, global step preserved
         # learner.<iteration>.ckpt: the resumable ones (policy.<version>.ckpt are the best policies)
@@ -142,12 +166,17 @@ def test_ppo_experiment_survives_faults_and_runs_to_budget(tmp_path: Path) -> No
         )
         learner_pid = state_of(folder)["processes"]["learner"]["pid"]
         os.killpg(learner_pid, signal.SIGKILL)
-        wait_for("learner restarted", lambda: state_of(folder)["processes"]["learner"]["restarts"] == 1)
+        wait_for(
+            "learner restarted", lambda: state_of(folder)["processes"]["learner"]["restarts"] == 1
+        )
+
         # the restarted learner's log says what it restored (its status file may still carry the
         # killed learner's last report, which can be older than the newest checkpoint)
         def resumed_at() -> int | None:
-            found = re.findall(r"resumed from learner\.\d+\.ckpt at iteration (\d+)",
-                               (folder / "logs" / "learner.log").read_text())
+            found = re.findall(
+                r"resumed from learner\.\d+\.ckpt at iteration (\d+)",
+                (folder / "logs" / "learner.log").read_text(),
+            )
             return int(found[-1]) if found else None
 
         resumed = wait_for("learner resumed", resumed_at)
@@ -195,10 +224,13 @@ def test_two_experiments_side_by_side_and_bad_input(tmp_path: Path) -> None:
     root = tmp_path / "exps"
     names = ("exp-left", "exp-right")
     for name in names:
-        res = sk("create", name, "--local", "--detach", *SMALL, "--max-env-steps", "8000",
-                 root=root)
+        res = sk(
+            "create", name, "--local", "--detach", *SMALL, "--max-env-steps", "8000", root=root
+        )
         assert res.returncode == 0, res.stderr
-        assert "budget: 8,000 env steps, whichever comes first; then a final evaluation" in res.stderr
+        assert (
+            "budget: 8,000 env steps, whichever comes first; then a final evaluation" in res.stderr
+        )
     try:
         # a name in use is refused, and starts nothing new
         res = sk("create", "exp-left", "--local", "--detach", *SMALL, root=root)
@@ -208,8 +240,11 @@ def test_two_experiments_side_by_side_and_bad_input(tmp_path: Path) -> None:
         assert not set(states[0]["ports"].values()) & set(states[1]["ports"].values())
         assert states[0]["sockets"] != states[1]["sockets"]
         for name in names:
-            wait_for(f"{name} to finish", lambda n=name: state_of(root / n).get("phase") == "Succeeded",
-                     timeout=400)
+            wait_for(
+                f"{name} to finish",
+                lambda n=name: state_of(root / n).get("phase") == "Succeeded",
+                timeout=400,
+            )
         for name in names:
             check_finished_experiment(root / name, 8000)
         listing = sk("list", "-o", "json", root=root)
@@ -221,19 +256,41 @@ def test_two_experiments_side_by_side_and_bad_input(tmp_path: Path) -> None:
         # resume continues from the newest checkpoint with the global step preserved
         before = status_of(root / "exp-left", "learner")
         taken = state_of(root / "exp-left")["env_steps"]
-        res = sk("create", "exp-left", "--local", "--detach", "--resume", "--max-env-steps", str(taken),
-                 root=root)
+        res = sk(
+            "create",
+            "exp-left",
+            "--local",
+            "--detach",
+            "--resume",
+            "--max-env-steps",
+            str(taken),
+            root=root,
+        )
         assert res.returncode == 2
         assert f"already took {taken} env steps, at or over --max-env-steps {taken}" in res.stderr
-        res = sk("create", "exp-left", "--local", "--detach", "--resume", "--max-env-steps",
-                 str(taken + 6000), root=root)
+        res = sk(
+            "create",
+            "exp-left",
+            "--local",
+            "--detach",
+            "--resume",
+            "--max-env-steps",
+            str(taken + 6000),
+            root=root,
+        )
         assert res.returncode == 0, res.stderr
-        resumed = wait_for("resumed learner", lambda: (
-            lambda s: s if s.get("pid") not in (None, before["pid"]) else None)(
-            status_of(root / "exp-left", "learner")))
+        resumed = wait_for(
+            "resumed learner",
+            lambda: (lambda s: s if s.get("pid") not in (None, before["pid"]) else None)(
+                status_of(root / "exp-left", "learner")
+            ),
+        )
         assert resumed["iteration"] >= before["iteration"] > 0
-        wait_for("resumed run to finish", lambda: state_of(root / "exp-left").get("phase") == "Succeeded",
-                 timeout=400)
+        wait_for(
+            "resumed run to finish",
+            lambda: state_of(root / "exp-left").get("phase") == "Succeeded",
+            timeout=400,
+        )
     finally:
         for name in names:
             sk("delete", name, "--yes", root=root)
@@ -245,8 +302,16 @@ def test_two_experiments_side_by_side_and_bad_input(tmp_path: Path) -> None:
     [
         (["create", "Bad_Name", "--local"], 2, "invalid experiment name 'Bad_Name'"),
         (["create", "exp-bad", "--local", "--env", "gym:NoSuchEnv-v9"], 2, "NoSuchEnv-v9"),
-        (["create", "exp-bad", "--local", "--set", "agents.count=0"], 2, "spec.agents.count: must be >= 1, got 0"),
-        (["create", "exp-bad", "--local", "--resume"], 2, "--resume: no experiment named 'exp-bad'"),
+        (
+            ["create", "exp-bad", "--local", "--set", "agents.count=0"],
+            2,
+            "spec.agents.count: must be >= 1, got 0",
+        ),
+        (
+            ["create", "exp-bad", "--local", "--resume"],
+            2,
+            "--resume: no experiment named 'exp-bad'",
+        ),
     ],
 )
 def test_bad_input_starts_nothing(tmp_path: Path, args: list[str], code: int, message: str) -> None:
@@ -279,13 +344,26 @@ def test_foreground_view_and_ctrl_c_stop_cleanly(tmp_path: Path) -> None:
     root = tmp_path / "exps"
     # The child gets SIGINT at its default, as from a terminal, however this test run started.
     with running(
-        [*SK, "create", "exp-fg", "--local", "--root", str(root), *SMALL,
-         "--max-env-steps", "50000000"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        [
+            *SK,
+            "create",
+            "exp-fg",
+            "--local",
+            "--root",
+            str(root),
+            *SMALL,
+            "--max-env-steps",
+            "50000000",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     ) as proc:
         folder = root / "exp-fg"
-        wait_for("agents acting with published parameters", lambda: status_of(
-            folder, "agents-0").get("param_version", -1) >= 1)
+        wait_for(
+            "agents acting with published parameters",
+            lambda: status_of(folder, "agents-0").get("param_version", -1) >= 1,
+        )
         out, err = stop(proc, signal.SIGINT, timeout=60)  # what Ctrl-C sends
     assert proc.returncode == 0, err[-2000:]
     assert out.strip() == str((folder / "results" / "learning_curve.png").resolve())

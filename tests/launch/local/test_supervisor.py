@@ -45,6 +45,7 @@ def make(tmp_path: Path, sets: list[str], commands: dict[str, list[str]]) -> She
 
 alive = pid_alive  # zombies waiting for init to reap them count as gone
 
+
 def test_crashed_process_is_restarted_with_backoff_and_counted(tmp_path: Path) -> None:
     sup = make(tmp_path, ["session.maxTimeSeconds=5"], {"eval": ["sh", "-c", "exit 3"]})
     sup.start()
@@ -113,7 +114,11 @@ def test_environment_has_the_topology_and_single_threaded_math(tmp_path: Path) -
     assert env["SURREAL_CONFIG"] == str(sup.folder.config)
     assert env["OMP_NUM_THREADS"] == "1"
     assert sup.command(sup.topology.process("learner")) == ["sleep", "60"]
-    assert sv.Supervisor.command(sup, sup.topology.process("agents-1"))[-3:] == ["agents", "--id", "1"]
+    assert sv.Supervisor.command(sup, sup.topology.process("agents-1"))[-3:] == [
+        "agents",
+        "--id",
+        "1",
+    ]
 
 
 def test_two_experiments_never_share_a_port(tmp_path: Path) -> None:
