@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from tests.node.support import pod_log, real_pod, wait_finished, wait_for, wait_running
+from tests.node.support import finished_log, real_pod, wait_finished, wait_for, wait_running
 from tests.operator.support import connect
 
 pytestmark = [pytest.mark.cluster, pytest.mark.node]
@@ -49,7 +49,7 @@ def test_a_network_policy_denies_ingress_between_real_pods(
     def outcome(name: str, labels: dict[str, str] | None = None) -> str:
         kube.create(fetch_once(name, addr, labels))
         wait_finished(kube, name)
-        return pod_log(kube, name)
+        return finished_log(kube, name)
 
     # No policy: the connection succeeds.
     log = outcome("before")
@@ -115,7 +115,7 @@ def test_the_rendered_boundary_admits_the_experiment_and_refuses_a_stranger(
         fetch = f'timeout 5 wget -q -O - "http://{addr}:{port}/"; echo "rc=$?"'
         kube.create(real_pod(name, ["sh", "-c", fetch], labels=labels))
         wait_finished(kube, name)
-        return pod_log(kube, name)
+        return finished_log(kube, name)
 
     ours = outcome("agent", {naming.EXPERIMENT_LABEL: "exp-wall"})
     assert token in ours and "rc=0" in ours, ours

@@ -207,6 +207,11 @@ def test_zeromq_round_trip_between_two_pods_through_a_service_name(
         on_the_node("zmq-client", loaded_image, ["python", "-c", ZMQ_CLIENT, host], {}, "client"),
     )
     wait_phase(core, kube_namespace, "zmq-client", {"Succeeded"})
+    # containerd may mark the container exited before its output is all in the log file
+    deadline = time.monotonic() + 30
     log = core.read_namespaced_pod_log("zmq-client", kube_namespace)
+    while "pong:ping" not in log and time.monotonic() < deadline:
+        time.sleep(0.5)
+        log = core.read_namespaced_pod_log("zmq-client", kube_namespace)
     assert f"resolved {host} 10.96." in log  # the Service's cluster IP, through CoreDNS
     assert "pong:ping" in log

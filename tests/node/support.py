@@ -112,6 +112,24 @@ def pod_log(kube: Kube, name: str) -> str:
     return "" if text is None else text if isinstance(text, str) else json.dumps(text)
 
 
+def finished_log(kube: Kube, name: str, timeout: float = 30.0) -> str:
+    """The whole log of a pod that has finished: what it printed, once it is all there.
+
+    containerd's CRI marks a container exited without waiting for the goroutine that copies its
+    output into the log file, so a log read as the phase turns Succeeded can still be empty
+    (CI read "" where the pod had printed "kept"). Each caller's pod prints something, so the
+    log is taken once it is not empty and two reads half a second apart agree."""
+    last = ""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        text = pod_log(kube, name)
+        if text and text == last:
+            return text
+        last = text
+        time.sleep(0.5)
+    return last
+
+
 def events_of(kube: Kube, name: str) -> list[str]:
     events = kube.raw(
         "GET",

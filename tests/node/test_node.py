@@ -26,7 +26,7 @@ from tests.node.support import (
     SERVICE,
     experiment_labels,
     experiment_record,
-    pod_log,
+    finished_log,
     real_pod,
     wait_finished,
     wait_for,
@@ -177,7 +177,7 @@ def test_a_pod_resolves_another_pods_service_by_dns_and_gets_an_answer(
     )
     kube.create(client)
     phase = wait_finished(kube, "client")
-    log = pod_log(kube, "client")
+    log = finished_log(kube, "client")
     assert phase == "Succeeded", log[:2000]
     service_ip = kube.get(SERVICE, "web", ns)["spec"]["clusterIP"]
     assert f"Address: {service_ip}" in log or f"Address 1: {service_ip}" in log, log
@@ -302,6 +302,6 @@ def test_pods_reach_the_api_server_through_the_kubernetes_service(
         )
     )
     phase = wait_finished(kube, "api-probe")
-    log = pod_log(kube, "api-probe")
+    log = finished_log(kube, "api-probe")
     assert log.startswith(f"{controlplane.SERVICE_IP}:443\n"), log
     assert "Client sent an HTTP request to an HTTPS server" in log, (phase, log)

@@ -14,7 +14,7 @@ import pytest
 
 from surreal_kube.launch.kube.api.client import Resource, resource
 from tests.cluster import node
-from tests.node.support import POD, pod_log, real_pod, wait_finished, wait_for
+from tests.node.support import POD, finished_log, real_pod, wait_finished, wait_for
 from tests.operator.support import connect as kube_for
 
 pytestmark = [pytest.mark.cluster, pytest.mark.node]
@@ -48,7 +48,7 @@ def test_a_claim_of_the_default_class_keeps_what_uid_10001_wrote(
         }
     )
     kube.create(writer("write", "id -u > /data/who && echo kept > /data/note", "data"))
-    assert wait_finished(kube, "write") == "Succeeded", pod_log(kube, "write")
+    assert wait_finished(kube, "write") == "Succeeded", finished_log(kube, "write")
     claim = kube.get(CLAIM, "data", kube_namespace)
     assert claim["spec"]["storageClassName"] == "standard"  # the default, filled in on create
     assert claim["status"]["phase"] == "Bound"
@@ -65,7 +65,7 @@ def test_a_claim_of_the_default_class_keeps_what_uid_10001_wrote(
     # and a later pod on the node sees it through the claim
     kube.create(writer("read", "cat /data/note", "data"))
     assert wait_finished(kube, "read") == "Succeeded"
-    assert pod_log(kube, "read") == "kept\n"
+    assert finished_log(kube, "read") == "kept\n"
     assert kube.get(POD, "read", kube_namespace)["spec"]["nodeName"] == node.NODE_NAME
     kube.delete(POD, "read", kube_namespace)
     wait_for("the reader gone", lambda: kube.get_or_none(POD, "read", kube_namespace) is None)
