@@ -148,8 +148,8 @@ def _import(client: Any, reference: str, full: str, ctr_import: list[str], platf
         proc = subprocess.Popen(
             # --local: the client unpacks for the CRI's snapshotter (containerd 2's transfer
             # service does not read a stream); one platform, the image's. The layers' blobs are
-            # let go once unpacked (the kubelet runs the snapshots): kept, they doubled the
-            # node's share of the disk, 16 GB for the two images of the end-to-end tests.
+            # let go once unpacked (the kubelet runs the snapshots): kept, they would double
+            # what the image holds of the node's disk for as long as it stays.
             [*ctr_import, "--local", "--discard-unpacked-layers", "--platform", platform, "-"],
             stdin=subprocess.PIPE,
             stdout=subprocess.DEVNULL,
