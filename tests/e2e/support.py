@@ -197,7 +197,7 @@ def cluster_snapshot(cluster: E2ECluster) -> str:
 def disk_report(path: Path) -> str:
     """Free space where the node keeps its images and pods, and the largest of what the suite
     caches on that disk: the first thing to know when the node reports DiskPressure (its
-    kubelet evicts below 1 % free, and the scheduler keeps pods off it)."""
+    kubelet evicts below 512 MiB free, and the scheduler keeps pods off it)."""
     st = os.statvfs(path)
     lines = [
         f"{path}: {st.f_bavail * st.f_frsize / 2**30:.1f} GiB free of "

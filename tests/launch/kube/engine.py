@@ -159,8 +159,8 @@ RUNROOT_LIMIT = 50  # podman: "the specified runroot is longer than 50 character
 def runroot_of(store: Path) -> Path:
     """podman's runroot for the store at `store`: beside it when that path fits podman's limit,
     else a short one under /tmp named by the store's path (beside it is over the limit under
-    a HOME of more than 12 characters: /home/runner's is exactly 50). Stable either way: podman's database remembers the runroot of its
-    store and refuses another."""
+    a HOME of more than 12 characters: /home/runner's is exactly 50). Stable either way:
+    podman's database remembers the runroot of its store and refuses another."""
     beside = store / "run"
     if len(str(beside)) <= RUNROOT_LIMIT:
         return beside

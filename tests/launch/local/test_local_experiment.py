@@ -256,28 +256,11 @@ def test_two_experiments_side_by_side_and_bad_input(tmp_path: Path) -> None:
         # resume continues from the newest checkpoint with the global step preserved
         before = status_of(root / "exp-left", "learner")
         taken = state_of(root / "exp-left")["env_steps"]
-        res = sk(
-            "create",
-            "exp-left",
-            "--local",
-            "--detach",
-            "--resume",
-            "--max-env-steps",
-            str(taken),
-            root=root,
-        )
+        resume = ("create", "exp-left", "--local", "--detach", "--resume", "--max-env-steps")
+        res = sk(*resume, str(taken), root=root)
         assert res.returncode == 2
         assert f"already took {taken} env steps, at or over --max-env-steps {taken}" in res.stderr
-        res = sk(
-            "create",
-            "exp-left",
-            "--local",
-            "--detach",
-            "--resume",
-            "--max-env-steps",
-            str(taken + 6000),
-            root=root,
-        )
+        res = sk(*resume, str(taken + 6000), root=root)
         assert res.returncode == 0, res.stderr
         resumed = wait_for(
             "resumed learner",
