@@ -58,8 +58,12 @@ class PPOConfig(SpecModel):
     mode: Literal["clip", "adapt"] = Field(
         "clip", description="clip: clipped surrogate; adapt: adaptive KL penalty"
     )
-    gamma: float = Field(0.995, gt=0, le=1, description="discount factor")
-    lam: float = Field(0.97, ge=0, le=1, description="GAE lambda")
+    # 0.99 / 0.95 rather than SURREAL's 0.995 / 0.97: the critic follows the shorter returns
+    # (PPO Ant-v5, 2 agents, 600 s: explained variance 0.6-0.8 against 0.2-0.3 through the run),
+    # so the advantages are not short reward sums. Seeds 0 and 1: 4,563 and 4,597 at 1M env
+    # steps (the old discount's seed 0 about 2,200), last-10 means 5,024 and 5,117.
+    gamma: float = Field(0.99, gt=0, le=1, description="discount factor")
+    lam: float = Field(0.95, ge=0, le=1, description="GAE lambda")
     clip_epsilon: float = Field(0.2, gt=0, lt=1, description="initial clip range (clip mode)")
     clip_range: tuple[float, float] = Field(
         (0.05, 0.3), description="bounds within which the clip range adapts"

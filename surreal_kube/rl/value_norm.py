@@ -1,7 +1,7 @@
 """The critic's targets on a scale it can follow (PopArt, van Hasselt et al. 2016).
 
 Why: Adam moves each weight by about the learning rate per step, so a critic whose output must
-reach returns in the hundreds (Ant-v5 at gamma 0.995: about 1 a step for 200 effective steps)
+reach returns in the hundreds (Ant-v5 at gamma 0.99: a few a step for 100 effective steps)
 climbs only a fixed amount per update. On Ant-v5 without this (PPO, `bench/learning.py --figure
 ppo-ant`) the critic explained none of the returns while its targets crept up, so GAE's
 advantages were sub-trajectory reward sums with a useless bootstrap.

@@ -18,7 +18,7 @@ def test_no_file_is_a_complete_experiment() -> None:
     spec = exp.spec
     assert exp.api_version == "surreal.ai/v1alpha1" and exp.kind == "Experiment"
     assert spec.algorithm.name == "ppo"
-    assert spec.algorithm.gamma == 0.995 and spec.algorithm.lam == 0.97
+    assert spec.algorithm.gamma == 0.99 and spec.algorithm.lam == 0.95
     assert spec.algorithm.clip_epsilon == 0.2 and spec.algorithm.clip_range == (0.05, 0.3)
     assert spec.algorithm.kl_target == 0.015
     assert spec.algorithm.epochs_policy == 10 and spec.algorithm.epochs_baseline == 10

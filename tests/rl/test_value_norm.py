@@ -62,7 +62,9 @@ def _critic_after(env: gym.Env, value_norm: bool, iterations: int) -> tuple[floa
     """(explained variance, mean return target) after `iterations` on one fixed batch."""
     # the policy barely moves (tiny lr), so the targets are the critic's alone to follow; the
     # critic's learning rate as it was when Ant-v5's critic explained nothing
-    cfg = PPOConfig(batch_size=16, value_norm=value_norm, lr_policy=1e-7, lr_baseline=1e-4)
+    cfg = PPOConfig(
+        batch_size=16, value_norm=value_norm, lr_policy=1e-7, lr_baseline=1e-4, gamma=0.995
+    )
     actor = PPOActor(cfg, env.observation_space, env.action_space, seed=0)
     batch = stack_items(collect(actor, env, 16))
     learner = PPOLearner(cfg, env.observation_space, env.action_space, seed=0)
