@@ -130,6 +130,10 @@ class Supervisor:
         self.curve = CurveRecorder(folder.results / "curve.jsonl")
         self.progress = Progress()
         self.forkserver: forking.ForkServer | None = None
+        self._folder_id = _identity(folder.path)
+        self.folder_lost: str | None = None
+        """Why the experiment's folder is no longer this run's (removed, moved or made again);
+        from then on the run writes nothing by path, since a new experiment may own it."""
 
     # ------------------------------------------------------------------ processes
 
@@ -215,6 +219,20 @@ class Supervisor:
         self.phase = "Running"
         self.write_state()
 
+    def check_folder(self) -> str | None:
+        """Why this run lost its folder, or None while the folder is still the one it started in.
+
+        Why: a folder removed under a running experiment (`rm -rf`) left its processes learning
+        unseen until the budget (`list` and `delete` find experiments by their folder), and a new
+        `create` of the same name would have had two supervisors writing one state file."""
+        if self.folder_lost is None and _identity(self.folder.path) != self._folder_id:
+            self.folder_lost = (
+                f"the experiment folder {self.folder.path} was removed, moved or made again "
+                "while the run was going: every process stopped, nothing more written there"
+            )
+            log.error("%s", self.folder_lost)
+        return self.folder_lost
+
     def poll(self) -> None:
         """One supervision step: notice exits, restart with backoff, refresh progress."""
         if self.forkserver is not None:
@@ -238,6 +256,8 @@ class Supervisor:
 
     def record_curve(self) -> None:
         """Add the newest evaluation to the curve; a refused write is tried on the next step."""
+        if self.folder_lost:
+            return
         try:
             self.curve.record(self.progress, self.elapsed())
         except OSError as exc:
@@ -290,6 +310,9 @@ class Supervisor:
         results written (`finish`).
         """
         while not self.stop_requested:
+            if self.check_folder():
+                self.final_phase, self.reason = "Failed", self.folder_lost or ""
+                break
             self.poll()
             if tick is not None:
                 tick(self)
@@ -298,7 +321,7 @@ class Supervisor:
                 self.final_phase, self.reason = "Succeeded", reason
                 break
             time.sleep(period)
-        if self.phase == "Failed":
+        if self.phase == "Failed" or self.folder_lost:
             self.final_phase = "Failed"
         elif self.final_phase != "Succeeded":
             self.final_phase = "Stopped"
@@ -419,6 +442,8 @@ class Supervisor:
     def write_state(self) -> None:
         """Persist the state file atomically; a disk that refuses it is said once, counted, and
         the previous file stays until the next step writes it again."""
+        if self.check_folder():
+            return
         try:
             write_json_atomic(self.folder.state, self.state_dict())
         except OSError as exc:
@@ -434,6 +459,15 @@ class Supervisor:
     def total_restarts(self) -> int:
         """Restarts over all processes."""
         return sum(c.restarts for c in self.children.values())
+
+
+def _identity(path: Path) -> tuple[int, int] | None:
+    """(device, inode) of a folder, None when it is gone: a folder made again is another one."""
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return None
+    return st.st_dev, st.st_ino
 
 
 def restart_delay(backoff: float) -> float:
@@ -504,7 +538,9 @@ def supervise(
             raise
         finally:
             sup.stop()
-            picture = _write_results(sup)
+            picture = sup.folder.results / "learning_curve.png"
+            if not sup.check_folder():
+                picture = _write_results(sup)
             sup.finish()
             for s, handler in previous.items():
                 signal.signal(s, handler)

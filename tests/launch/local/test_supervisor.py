@@ -7,9 +7,12 @@ supervision; the real roles are exercised end to end in test_local_experiment.py
 from __future__ import annotations
 
 import os
+import shutil
 import time
 from pathlib import Path
 from typing import ClassVar
+
+import pytest
 
 from surreal_kube.experiment.resolve import resolve_experiment
 from surreal_kube.launch.local import supervisor as sv
@@ -209,3 +212,37 @@ def test_restart_delays_are_jittered_within_their_backoff() -> None:
     assert all(8.0 * (1 - sv.JITTER) <= d <= 8.0 for d in delays)
     # roles that died together come back spread out, not in lockstep
     assert max(delays) - min(delays) > 8.0 * sv.JITTER / 2
+
+
+@pytest.mark.parametrize("made_again", [False, True], ids=["removed", "made-again"])
+def test_a_run_whose_folder_is_removed_stops_and_writes_nothing_there(
+    tmp_path: Path, monkeypatch, made_again: bool
+) -> None:
+    # Seen: `rm -rf` of a running experiment's folder left its processes learning until the
+    # budget, unseen by list and delete, and the end of the run wrote its results (and the
+    # folders under them) back where a new experiment of the same name could be.
+    monkeypatch.setattr(sv, "Supervisor", ShellSupervisor)
+    monkeypatch.setattr(ShellSupervisor, "commands", {})
+    exp = resolve_experiment("sup", sets=["session.maxTimeSeconds=20"])
+    folder = ExperimentFolder(tmp_path / "sup")
+    folder.create()
+    pids: list[int] = []
+
+    def remove_once(sup: sv.Supervisor) -> None:
+        if not pids:
+            pids.extend(c.popen.pid for c in sup.children.values() if c.popen is not None)
+            shutil.rmtree(folder.path)
+            if made_again:
+                folder.path.mkdir()
+
+    sup, _ = sv.supervise(
+        exp, folder, Wiring.plan(folder.path, exp.topology, set()), tick=remove_once
+    )
+    assert sup.phase == "Failed", sup.reason
+    assert f"the experiment folder {folder.path} was removed, moved or made again" in sup.reason
+    assert len(pids) == len(exp.topology.processes)
+    assert not [p for p in pids if alive(p)]
+    if made_again:
+        assert not list(folder.path.iterdir())  # the new folder is not this run's to write
+    else:
+        assert not folder.path.exists()
