@@ -61,7 +61,9 @@ class PPOConfig(SpecModel):
     # 0.99 / 0.95 rather than SURREAL's 0.995 / 0.97: the critic follows the shorter returns
     # (PPO Ant-v5, 2 agents, 600 s: explained variance 0.6-0.8 against 0.2-0.3 through the run),
     # so the advantages are not short reward sums. Seeds 0 and 1: 4,563 and 4,597 at 1M env
-    # steps (the old discount's seed 0 about 2,200), last-10 means 5,024 and 5,117.
+    # steps (the old discount's seed 0 about 2,200), last-10 means 5,024 and 5,117; the protocol
+    # an hour later, on a machine stepping 15 % slower: 4,712 / 4,399 / 4,591 (the old
+    # discount's, that morning: 3,201 / 4,962 / 4,772).
     gamma: float = Field(0.99, gt=0, le=1, description="discount factor")
     lam: float = Field(0.95, ge=0, le=1, description="GAE lambda")
     clip_epsilon: float = Field(0.2, gt=0, lt=1, description="initial clip range (clip mode)")
@@ -94,7 +96,8 @@ class PPOConfig(SpecModel):
     lr_baseline: float = Field(1e-3, gt=0, description="Adam learning rate of the critic")
     # Constant, not annealed to the budget: PPO Ant-v5, 2 agents, 600 s, seeds 0-2, last-10
     # means 4,766 / 4,826 / 4,283 with {kind: budget, finalFraction: 0.3} against 4,790 / 4,559 /
-    # 5,033 constant (not interleaved: the constant runs 7 hours earlier). No gain to take.
+    # 5,033 constant (not interleaved: the constant runs 7 hours earlier; both at the old
+    # discount, 0.995 / 0.97). No gain to take.
     lr_schedule: ScheduleConfig = Field(default_factory=ScheduleConfig)
     clip_schedule: ScheduleConfig = Field(
         default_factory=ScheduleConfig,
