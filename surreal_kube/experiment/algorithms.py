@@ -60,11 +60,11 @@ class PPOConfig(SpecModel):
     )
     # 0.99 / 0.95 rather than SURREAL's 0.995 / 0.97: the critic follows the shorter returns
     # (PPO Ant-v5, 2 agents, 600 s: explained variance 0.5-0.8 through the run, against 0.2-0.3
-    # in a run of the old discount with lrPolicy 2e-4),
-    # so the advantages are not short reward sums. Seeds 0 and 1: 4,563 and 4,597 at 1M env
-    # steps (the old discount's seed 0 about 2,200), last-10 means 5,024 and 5,117; the protocol
-    # an hour later, on a machine stepping 15 % slower: 4,712 / 4,399 / 4,591 (the old
-    # discount's, that morning: 3,201 / 4,962 / 4,772).
+    # in a run of the old discount with lrPolicy 2e-4), so the advantages are not short reward
+    # sums. Seeds 0 and 1: 4,563 and 4,597 at 1M env steps (the old discount's seed 0 about
+    # 2,200; a later seed 0 of the new, 3,183), last-10 means 5,024 and 5,117; the protocol an
+    # hour later, on a machine stepping 15 % slower: 4,712 / 4,399 / 4,591 (the old discount's,
+    # that morning: 3,201 / 4,962 / 4,772).
     gamma: float = Field(0.99, gt=0, le=1, description="discount factor")
     lam: float = Field(0.95, ge=0, le=1, description="GAE lambda")
     clip_epsilon: float = Field(0.2, gt=0, lt=1, description="initial clip range (clip mode)")

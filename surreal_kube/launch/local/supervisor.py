@@ -256,7 +256,7 @@ class Supervisor:
 
     def record_curve(self) -> None:
         """Add the newest evaluation to the curve; a refused write is tried on the next step."""
-        if self.folder_lost:
+        if self.check_folder():
             return
         try:
             self.curve.record(self.progress, self.elapsed())
@@ -311,7 +311,6 @@ class Supervisor:
         """
         while not self.stop_requested:
             if self.check_folder():
-                self.final_phase, self.reason = "Failed", self.folder_lost or ""
                 break
             self.poll()
             if tick is not None:
@@ -321,7 +320,9 @@ class Supervisor:
                 self.final_phase, self.reason = "Succeeded", reason
                 break
             time.sleep(period)
-        if self.phase == "Failed" or self.folder_lost:
+        if self.folder_lost:
+            self.final_phase, self.reason = "Failed", self.folder_lost
+        elif self.phase == "Failed":
             self.final_phase = "Failed"
         elif self.final_phase != "Succeeded":
             self.final_phase = "Stopped"
