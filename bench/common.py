@@ -14,11 +14,13 @@ import argparse
 import datetime
 import json
 import math
+import multiprocessing
 import os
 import platform
+import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 RESULTS = Path(__file__).resolve().parent / "results"
 _quick: bool | None = None
@@ -58,6 +60,47 @@ def machine() -> str:
         f"load average {load:.1f}" if load is not None else None,
     ]
     return ", ".join(p for p in parts if p)
+
+
+def raw_env_rate(env_id: str, seconds: float) -> float:
+    """Steps/s of the bare gymnasium environment `env_id` with random actions."""
+    import gymnasium as gym
+
+    env = gym.make(env_id)
+    env.reset(seed=0)
+    env.action_space.seed(0)
+    actions = [env.action_space.sample() for _ in range(1000)]
+    steps, start = 0, time.perf_counter()
+    while time.perf_counter() - start < seconds:
+        _, _, term, trunc, _ = env.step(actions[steps % 1000])
+        steps += 1
+        if term or trunc:
+            env.reset()
+    env.close()
+    return steps / (time.perf_counter() - start)
+
+
+def _raw_env_worker(env_id: str, seconds: float, queue: Any) -> None:
+    queue.put(raw_env_rate(env_id, seconds))
+
+
+def raw_env_limit(env_id: str, seconds: float, processes: int) -> float:
+    """Steps/s of `processes` bare environments stepping at once, one process each: what the
+    machine's cores can step with nothing else running (one process alone overstates a loaded
+    machine and understates one with more cores). Measured beside a figure, it says how fast
+    the machine was that hour: a shared host's speed drifts by a third from one day to the
+    next, and a wall-clock budget's return drifts with it."""
+    ctx = multiprocessing.get_context("spawn")
+    queue = ctx.Queue()
+    workers = [
+        ctx.Process(target=_raw_env_worker, args=(env_id, seconds, queue)) for _ in range(processes)
+    ]
+    for w in workers:
+        w.start()
+    rates = [queue.get(timeout=seconds + 120) for _ in workers]
+    for w in workers:
+        w.join()
+    return float(sum(rates))
 
 
 @dataclass(frozen=True)

@@ -71,7 +71,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from common import Row, print_table, utc_stamp, write_results
+from common import Row, print_table, raw_env_limit, utc_stamp, write_results
 
 from surreal_kube.session.results import load_curve
 
@@ -597,6 +597,7 @@ def long_run_rows(seconds: float) -> list[Row]:
     run): after the protocol's 10 minutes, the last-10 mean at the end and the lowest it fell
     to, each against the best it reached, in the same run. Its evaluations are kept in
     bench/results/learning-long.details.json, its curve in ppo-ant-long.png."""
+    raw = machine_rate("Ant-v5")
     summary = local_experiment(
         "ppo-ant-long", "Ant-v5", "ppo", 2, seconds, ["session.seed=0"], "ppo-ant-long"
     )
@@ -604,7 +605,11 @@ def long_run_rows(seconds: float) -> list[Row]:
     keep = ("wall_time", "env_steps", "eval_return", "eval_std", "param_version")
     LONG_DETAILS.write_text(
         json.dumps(
-            {"budget_s": seconds, "points": [{k: p.get(k) for k in keep} for p in points]},
+            {
+                "budget_s": seconds,
+                "raw_env_steps_per_s": raw,
+                "points": [{k: p.get(k) for k in keep} for p in points],
+            },
             indent=1,
         )
         + "\n"
@@ -650,13 +655,26 @@ WHO = {"ours": "ours", "sb3": "peer", "sample-factory": "sample-factory"}
 """How the details name each contender's runs (`peer` is SB3, as the first protocol wrote it)."""
 
 
+RAW_SECONDS = 5.0
+"""How long the bare environments step before each run to measure the machine's speed."""
+
+
+def machine_rate(env_id: str) -> float:
+    """The bare environment's steps/s on all cores at once, just before a run: a return within a
+    wall-clock budget depends on how fast the machine steps that hour (this shared host has
+    stepped Ant-v5 anywhere from 2,700 to 4,300 times a second per core on different days),
+    so each run keeps the figure that says which hour it had."""
+    return raw_env_limit(env_id, RAW_SECONDS, os.cpu_count() or 1)
+
+
 def protocol_runs(
     budget: float, seeds: Sequence[int], tasks: Sequence[str], contenders: Sequence[str]
 ) -> list[dict]:
     """The protocol of issue 28: each task, ours and its fair peers, same cores, same wall
     clock, same evaluation estimator, `seeds` each, interleaved (seed by seed, ours then the
     peers), so that a slower hour of the machine falls on all. Sample Factory runs the on-policy
-    task only. Each run is stamped with its date."""
+    task only. Each run is stamped with its date and with the machine's speed just before it
+    (`raw_env_steps_per_s`, see `machine_rate`)."""
     run_of = {"ours": run_local, "sb3": run_peer, "sample-factory": run_sample_factory}
     runs: list[dict] = []
     for seed in seeds:
@@ -665,9 +683,17 @@ def protocol_runs(
             for who in contenders:
                 if (algorithm, who) not in PEER_NAMES and who != "ours":
                     continue
+                raw = machine_rate(env_id)
                 result = run_of[who](algorithm, env_id, budget, seed)
                 runs.append(
-                    {"task": task, "who": WHO[who], "seed": seed, **result, "date": utc_stamp()}
+                    {
+                        "task": task,
+                        "who": WHO[who],
+                        "seed": seed,
+                        **result,
+                        "raw_env_steps_per_s": raw,
+                        "date": utc_stamp(),
+                    }
                 )
                 print(f"  {task} seed {seed} {who}: {result}", file=sys.stderr)
     return runs

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import datetime
 import json
-import multiprocessing
 import os
 import re
 import resource
@@ -32,51 +31,14 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from common import Row, parse_args, print_table, write_results
+from common import Row, parse_args, print_table, raw_env_limit, write_results
 
 ENV = "gym:Ant-v5"
 SK = [sys.executable, "-m", "surreal_kube.cli.main"]
-
-
-def raw_env_rate(seconds: float) -> float:
-    """Steps/s of the bare environment with random actions."""
-    import gymnasium as gym
-
-    env = gym.make(ENV.split(":", 1)[1])
-    env.reset(seed=0)
-    env.action_space.seed(0)
-    actions = [env.action_space.sample() for _ in range(1000)]
-    steps, start = 0, time.perf_counter()
-    while time.perf_counter() - start < seconds:
-        _, _, term, trunc, _ = env.step(actions[steps % 1000])
-        steps += 1
-        if term or trunc:
-            env.reset()
-    return steps / (time.perf_counter() - start)
-
-
-def _raw_env_worker(seconds: float, queue: Any) -> None:
-    queue.put(raw_env_rate(seconds))
-
-
-def raw_env_limit(seconds: float, processes: int) -> float:
-    """Steps/s of `processes` bare environments stepping at once, one process each: what the
-    machine's cores can step with nothing else running (one process alone overstates a loaded
-    machine and understates one with more cores)."""
-    ctx = multiprocessing.get_context("spawn")
-    queue = ctx.Queue()
-    workers = [ctx.Process(target=_raw_env_worker, args=(seconds, queue)) for _ in range(processes)]
-    for w in workers:
-        w.start()
-    rates = [queue.get(timeout=seconds + 120) for _ in workers]
-    for w in workers:
-        w.join()
-    return float(sum(rates))
 
 
 def single_process(seconds: float) -> tuple[float, float]:
@@ -333,7 +295,7 @@ def main() -> None:
     quick = args.quick
     rows: list[Row] = startup_rows()
     cores = os.cpu_count() or 1
-    limit = raw_env_limit(3.0 if quick else 10.0, cores)
+    limit = raw_env_limit(ENV.split(":", 1)[1], 3.0 if quick else 10.0, cores)
     single_rate, single_return = single_process(15.0 if quick else 600.0)
     local = local_experiment(
         warmup_timeout=60.0 if quick else 120.0,

@@ -82,8 +82,11 @@ def _seed_table(details: Path) -> list[str]:
     if not runs or not all(isinstance(r, dict) and all(k in r for k in keys) for r in runs):
         return []
     out = ["Every seed of these medians (`" + details.name + "`):", ""]
-    out += ["| task | run | returns, by seed | median | range | env steps/s, median |"]
-    out += ["|---|---|---|---|---|---|"]
+    out += [
+        "| task | run | returns, by seed | median | range | env steps/s, median "
+        "| bare env steps/s before each run, median |"
+    ]
+    out += ["|---|---|---|---|---|---|---|"]
     # ours first, then the peers by name: a set's order changes with each process's hash seed
     order = sorted(
         {(r["task"], r["who"]) for r in runs}, key=lambda tw: (tw[0], tw[1] != "ours", tw[1])
@@ -93,9 +96,12 @@ def _seed_table(details: Path) -> list[str]:
                       key=lambda r: r["seed"])  # fmt: skip
         returns = [float(r["return"]) for r in mine]
         rates = [float(r.get("env_steps_per_s", float("nan"))) for r in mine]
+        # the machine's speed that hour (older runs did not measure it: "-")
+        raw = [float(r["raw_env_steps_per_s"]) for r in mine if "raw_env_steps_per_s" in r]
         by_seed = ", ".join(f"{r['seed']}: {_fmt(v)}" for r, v in zip(mine, returns, strict=True))
         cells = [task, who, by_seed, _fmt(_median(returns)),
-                 f"{_fmt(min(returns))} to {_fmt(max(returns))}", _fmt(_median(rates))]  # fmt: skip
+                 f"{_fmt(min(returns))} to {_fmt(max(returns))}", _fmt(_median(rates)),
+                 _fmt(_median(raw)) if raw else "-"]  # fmt: skip
         out.append("| " + " | ".join(cells) + " |")
     return [*out, ""]
 

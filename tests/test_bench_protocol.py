@@ -110,3 +110,39 @@ def test_the_long_run_compares_its_end_and_its_lowest_with_its_best_after_ten_mi
     assert "30 min" in at_end.metric and "no collapse" in at_end.metric
     kept = json.loads((tmp_path / "long.json").read_text())
     assert kept["budget_s"] == 1800.0 and len(kept["points"]) == len(points)
+
+
+def test_every_protocol_run_keeps_the_machine_speed_measured_just_before_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A return within a wall-clock budget depends on the machine's hour: each run records the
+    bare environment's rate on all cores, measured right before it, so that runs of different
+    hours can be told apart (docs/benchmarks.md shows its median beside the returns)."""
+    events: list[tuple[str, str]] = []
+    rates = iter([5000.0, 5100.0, 8600.0, 8700.0])
+
+    def raw(env_id: str, seconds: float, processes: int) -> float:
+        events.append(("raw", env_id))
+        assert seconds == learning.RAW_SECONDS and processes >= 1
+        return next(rates)
+
+    def contender(who: str):
+        def run_one(algorithm: str, env_id: str, budget: float, seed: int) -> dict:
+            events.append((who, env_id))
+            return {"return": 1000.0 + seed, "env_steps_per_s": 10.0, "evaluations": 60.0}
+
+        return run_one
+
+    monkeypatch.setattr(learning, "raw_env_limit", raw)
+    monkeypatch.setattr(learning, "run_local", contender("ours"))
+    monkeypatch.setattr(learning, "run_peer", contender("sb3"))
+    runs = learning.protocol_runs(600.0, [0, 1], ["ppo-ant"], ["ours", "sb3"])
+    assert (
+        events == [("raw", "Ant-v5"), ("ours", "Ant-v5"), ("raw", "Ant-v5"), ("sb3", "Ant-v5")] * 2
+    )
+    assert [(r["who"], r["seed"], r["raw_env_steps_per_s"]) for r in runs] == [
+        ("ours", 0, 5000.0),
+        ("peer", 0, 5100.0),
+        ("ours", 1, 8600.0),
+        ("peer", 1, 8700.0),
+    ]

@@ -59,11 +59,15 @@ def test_a_protocol_shows_every_seed_with_median_and_range(tmp_path: Path) -> No
         )
         for seed, ret in enumerate(rets)
     ]
+    # the machine's speed before each run: ours and SB3's measured it, Sample Factory's older
+    # runs did not
+    for run, raw in zip(runs[3:], (8600.0, 5400.0, 8000.0, 5000.0, 5400.0, 8600.0), strict=True):
+        run["raw_env_steps_per_s"] = raw
     (results / "learning.details.json").write_text(json.dumps({"runs": runs}))
     page = report.render(results, bench)
-    ours = "| ppo-ant | ours | 0: 4,200, 1: 3,100, 2: 4,000 | 4,000 | 3,100 to 4,200 | 10 |"
-    peer = "| ppo-ant | peer | 0: 900, 1: 1,000, 2: 1,500 | 1,000 | 900 to 1,500 | 10 |"
-    sf = "| ppo-ant | sample-factory | 0: 2,000, 1: 3,000, 2: 2,500 | 2,500 | 2,000 to 3,000 | 10 |"
+    ours = "| ppo-ant | ours | 0: 4,200, 1: 3,100, 2: 4,000 | 4,000 | 3,100 to 4,200 | 10 | 5,400 |"
+    peer = "| ppo-ant | peer | 0: 900, 1: 1,000, 2: 1,500 | 1,000 | 900 to 1,500 | 10 | 8,000 |"
+    sf = "| ppo-ant | sample-factory | 0: 2,000, 1: 3,000, 2: 2,500 | 2,500 | 2,000 to 3,000 | 10 | - |"
     assert ours in page and peer in page and sf in page
     # ours, then the peers by name, whatever the order of the runs and the process's hash seed
     assert page.index(ours) < page.index(peer) < page.index(sf)
