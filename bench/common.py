@@ -62,6 +62,19 @@ def machine() -> str:
     return ", ".join(p for p in parts if p)
 
 
+def local_run_active(folder: Path) -> bool:
+    """Whether a local experiment has yet to publish its final phase.
+
+    The supervisor writes `Stopping` first (the final evaluation, checkpoints and results are
+    still to come) and publishes Succeeded, Failed or Stopped only once the results are
+    written: a reader that took every phase but Starting and Running for the end read
+    `results/summary.json` before it existed."""
+    from surreal_kube.launch.local.backend import ACTIVE
+
+    state = json.loads((folder / "state.json").read_text())
+    return state.get("phase") in ACTIVE
+
+
 def raw_env_rate(env_id: str, seconds: float) -> float:
     """Steps/s of the bare gymnasium environment `env_id` with random actions."""
     import gymnasium as gym

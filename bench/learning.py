@@ -71,7 +71,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from common import Row, print_table, raw_env_limit, utc_stamp, write_results
+from common import Row, local_run_active, print_table, raw_env_limit, utc_stamp, write_results
 
 from surreal_kube.session.results import load_curve
 
@@ -313,11 +313,7 @@ def local_experiment(
     try:
         deadline = time.time() + seconds + 600
         while time.time() < deadline:
-            state = json.loads((folder / "state.json").read_text())
-            if (
-                state.get("phase") not in ("Starting", "Running")
-                and (folder / "results" / "summary.json").exists()
-            ):
+            if not local_run_active(folder):
                 break
             time.sleep(5)
         summary = json.loads((folder / "results" / "summary.json").read_text())

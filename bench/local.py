@@ -35,7 +35,14 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from common import Row, parse_args, print_table, raw_env_limit, write_results
+from common import (
+    Row,
+    local_run_active,
+    parse_args,
+    print_table,
+    raw_env_limit,
+    write_results,
+)
 
 ENV = "gym:Ant-v5"
 SK = [sys.executable, "-m", "surreal_kube.cli.main"]
@@ -120,10 +127,7 @@ def local_experiment(warmup_timeout: float, window: float, total: float | None) 
             # the whole run after start-up, not its first minute: what the single-process
             # trainer's row and bench/learning.py's runs report too
             last = (s1, t1)
-            while json.loads((folder / "state.json").read_text()).get("phase") in (
-                "Starting",
-                "Running",
-            ):
+            while local_run_active(folder):
                 last = max(last, agents_steps(folder))
                 time.sleep(2)
             out["window_rate"] = out["rate"]

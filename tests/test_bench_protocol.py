@@ -146,3 +146,17 @@ def test_every_protocol_run_keeps_the_machine_speed_measured_just_before_it(
         ("ours", 1, 8600.0),
         ("peer", 1, 8700.0),
     ]
+
+
+@pytest.mark.parametrize(
+    ("phase", "active"),
+    [("Starting", True), ("Running", True), ("Stopping", True), ("Succeeded", False),
+     ("Failed", False), ("Stopped", False)],
+)  # fmt: skip
+def test_a_local_run_is_over_only_once_its_final_phase_is_published(
+    tmp_path: Path, phase: str, active: bool
+) -> None:
+    """`Stopping` comes before the final evaluation and the results: bench/local.py took it for
+    the end and read a summary.json that was not there yet (a 20-minute run lost)."""
+    (tmp_path / "state.json").write_text(json.dumps({"phase": phase}))
+    assert common.local_run_active(tmp_path) is active
