@@ -7,7 +7,8 @@ PPO on Ant-v5 (the main job, `make run`) with 2 agents and 1 eval, as local proc
 role is up: over a short window with --quick, over the rest of the 10-minute run in full), against
 - the single-process trainer (`surreal_kube.rl.train`) with the same spec, and
 - the raw environment's own limit on this machine: random actions, no policy, no learning, in one
-  process per core, all at once (the ceiling of any number of agents here, issue 28).
+  process per core, all at once (the ceiling of any number of agents here, issue 28), measured
+  just before and just after the local run (their mean; both are in the details).
 It also times the start-up, from `create --local` to the learner's first update, with the fork
 server, with one interpreter per role, and for the single-process trainer. It also reports where
 the agents' time goes (env, inference, experience hand-off, sockets) from
@@ -299,13 +300,20 @@ def main() -> None:
     quick = args.quick
     rows: list[Row] = startup_rows()
     cores = os.cpu_count() or 1
-    limit = raw_env_limit(ENV.split(":", 1)[1], 3.0 if quick else 10.0, cores)
     single_rate, single_return = single_process(15.0 if quick else 600.0)
+    # the limit just before and just after the local run, and their mean: a shared machine's
+    # speed drifts within half an hour (8,177 steps/s measured before the single-process
+    # trainer's 10 minutes, while the local run after them stepped 14 % slower than a day before)
+    raw_seconds = 3.0 if quick else 10.0
+    before = raw_env_limit(ENV.split(":", 1)[1], raw_seconds, cores)
     local = local_experiment(
         warmup_timeout=60.0 if quick else 120.0,
         window=10.0 if quick else 60.0,
         total=None if quick else 600.0,
     )
+    after = raw_env_limit(ENV.split(":", 1)[1], raw_seconds, cores)
+    limit = (before + after) / 2
+    print(f"raw env limit: {before:,.0f} steps/s before the local run, {after:,.0f} after")
     rows.append(
         Row(
             "env steps/s: local experiment vs single-process trainer",
@@ -317,7 +325,8 @@ def main() -> None:
     )
     rows.append(
         Row(
-            f"env steps/s: local experiment vs the raw env's limit ({cores} processes at once)",
+            f"env steps/s: local experiment vs the raw env's limit ({cores} processes at once, "
+            "before and after it)",
             local["rate"],
             limit,
             "steps/s",
@@ -365,6 +374,8 @@ def main() -> None:
                 "time_split": split,
                 "single_return": single_return,
                 "raw_env_limit": limit,
+                "raw_env_limit_before": before,
+                "raw_env_limit_after": after,
                 **{k: v for k, v in local.items() if k != "curve"},
             },
             indent=2,
