@@ -11,12 +11,14 @@ without them, and `bench/report.py` writes them beside it into docs/benchmarks.m
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime
 import json
 import math
 import multiprocessing
 import os
 import platform
+import queue as queue_module
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -108,11 +110,25 @@ def raw_env_limit(env_id: str, seconds: float, processes: int) -> float:
     workers = [
         ctx.Process(target=_raw_env_worker, args=(env_id, seconds, queue)) for _ in range(processes)
     ]
-    for w in workers:
-        w.start()
-    rates = [queue.get(timeout=seconds + 120) for _ in workers]
-    for w in workers:
-        w.join()
+    try:
+        for w in workers:
+            w.start()
+        rates: list[float] = []
+        deadline = time.monotonic() + seconds + 120
+        while len(rates) < len(workers):
+            with contextlib.suppress(queue_module.Empty):
+                rates.append(queue.get(timeout=1.0))
+                continue
+            failed = [w.exitcode for w in workers if w.exitcode not in (None, 0)]
+            if failed or time.monotonic() > deadline:
+                why = f"exit codes {failed}" if failed else f"no result in {seconds + 120:.0f} s"
+                raise RuntimeError(f"the bare {env_id} could not be stepped: {why} (see above)")
+    finally:  # a worker that failed leaves none of the others stepping behind it
+        for w in workers:
+            if w.is_alive():
+                w.terminate()
+            if w.pid is not None:
+                w.join()
     return float(sum(rates))
 
 

@@ -304,14 +304,14 @@ def main() -> None:
     # the limit just before and just after the local run, and their mean: a shared machine's
     # speed drifts within half an hour (8,177 steps/s measured before the single-process
     # trainer's 10 minutes, while the local run after them stepped 14 % slower than a day before)
-    raw_seconds = 3.0 if quick else 10.0
-    before = raw_env_limit(ENV.split(":", 1)[1], raw_seconds, cores)
+    env_id, raw_seconds = ENV.split(":", 1)[1], 3.0 if quick else 10.0
+    before = raw_env_limit(env_id, raw_seconds, cores)
     local = local_experiment(
         warmup_timeout=60.0 if quick else 120.0,
         window=10.0 if quick else 60.0,
         total=None if quick else 600.0,
     )
-    after = raw_env_limit(ENV.split(":", 1)[1], raw_seconds, cores)
+    after = raw_env_limit(env_id, raw_seconds, cores)
     limit = (before + after) / 2
     print(f"raw env limit: {before:,.0f} steps/s before the local run, {after:,.0f} after")
     rows.append(

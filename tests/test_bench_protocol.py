@@ -160,3 +160,13 @@ def test_a_local_run_is_over_only_once_its_final_phase_is_published(
     the end and read a summary.json that was not there yet (a 20-minute run lost)."""
     (tmp_path / "state.json").write_text(json.dumps({"phase": phase}))
     assert common.local_run_active(tmp_path) is active
+
+
+def test_a_bare_env_that_cannot_step_is_said_at_once_and_leaves_no_worker() -> None:
+    """A worker that fails (here: an unknown environment) ends the measurement with its exit
+    code, instead of a bare queue.Empty two minutes later, and no worker is left stepping."""
+    import multiprocessing
+
+    with pytest.raises(RuntimeError, match=r"bare NoSuchEnv-v0 could not be stepped: exit codes"):
+        common.raw_env_limit("NoSuchEnv-v0", 1.0, 2)
+    assert multiprocessing.active_children() == []
